@@ -1,0 +1,136 @@
+package writeguard
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/hooks"
+	"github.com/writeguard/writeguard/policy"
+)
+
+// deadLetter hands Invalid items to the sink as one batch. Without a sink
+// they end "failed". A failing Put is retried with the write backoff while
+// its error classifies as retryable; then the fallback sink is tried; what
+// no sink stored ends "dead_letter_failed", its document kept in the
+// Report.
+func (c *call) deadLetter(ctx context.Context, its []*item) {
+	if len(its) == 0 {
+		return
+	}
+	g := c.g
+	if g.cfg.sink == nil {
+		for _, it := range its {
+			c.settle(it, Failed)
+		}
+		return
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	envs := make([]envelope.Envelope, len(its))
+	sc := trace.SpanContextFromContext(ctx)
+	for i, it := range its {
+		envs[i] = c.envelopeFor(it, now, sc)
+		it.keywords = envs[i].FailingKeywords
+	}
+	err := c.put(ctx, g.cfg.sink, envs, false)
+	if err != nil && g.cfg.fallback != nil {
+		if ferr := c.put(ctx, g.cfg.fallback, envs, true); ferr == nil {
+			err = nil
+		} else {
+			err = fmt.Errorf("%w; fallback sink: %w", err, ferr)
+		}
+	}
+	for _, it := range its {
+		if err != nil {
+			it.err = fmt.Errorf("writeguard: dead-letter sink: %w", err)
+			c.settle(it, DeadLetterFailed)
+		} else {
+			c.settle(it, DeadLettered)
+		}
+	}
+}
+
+// put calls sink.Put, retrying retryable errors with the write backoff.
+func (c *call) put(ctx context.Context, sink envelope.Sink, envs []envelope.Envelope, fallback bool) error {
+	g := c.g
+	var err error
+	for attempt := 1; ; attempt++ {
+		dctx := g.hooks.DeadLetterStarted(ctx, &hooks.DeadLetterStart{Op: c.op, Envelopes: len(envs), Attempt: attempt, Fallback: fallback})
+		t0 := time.Now()
+		err = sink.Put(dctx, envs)
+		g.hooks.DeadLetterFinished(dctx, &hooks.DeadLetterEnd{Op: c.op, Envelopes: len(envs), Attempt: attempt, Fallback: fallback, Duration: time.Since(t0), Err: err})
+		if err == nil || attempt >= g.cfg.backoff.MaxAttempts {
+			return err
+		}
+		fs := policy.Extract(err)
+		if len(fs) == 0 || !g.classifier.Classify(fs[0]).Retryable() {
+			return err
+		}
+		if werr := policy.Wait(ctx, g.cfg.clock, g.cfg.backoff.Delay(attempt)); werr != nil {
+			return fmt.Errorf("%w (retry stopped: %w)", err, werr)
+		}
+	}
+}
+
+func (c *call) envelopeFor(it *item, now time.Time, sc trace.SpanContext) envelope.Envelope {
+	f := it.fail
+	original, idAssigned := it.doc, false
+	if it.kind == kindInsert {
+		idAssigned = it.idAssigned
+	} else {
+		original = modelDocument(it.model)
+	}
+	env := envelope.Envelope{
+		SchemaVersion:   envelope.SchemaVersion,
+		Fingerprint:     envelope.Fingerprint(original, idAssigned),
+		Original:        original,
+		DocumentID:      it.id,
+		IDAssigned:      idAssigned,
+		ErrInfo:         f.ErrInfo,
+		FailingKeywords: envelope.FailingKeywords(f.ErrInfo),
+		FailingPaths:    envelope.FailingPaths(f.ErrInfo),
+		Code:            f.Code,
+		CodeName:        f.CodeName,
+		ErrMsg:          f.Message,
+		Labels:          f.Labels,
+		Namespace:       c.g.Namespace(),
+		Operation:       c.op.Name,
+		BatchIndex:      it.index,
+		FirstSeen:       now,
+		LastSeen:        now,
+		Attempts:        1,
+		Status:          envelope.StatusPending,
+	}
+	if sc.IsValid() {
+		env.TraceID, env.SpanID = sc.TraceID().String(), sc.SpanID().String()
+	}
+	return env
+}
+
+// modelDocument describes a non-insert write model as a document for the
+// dead-letter envelope: {op, filter, update|replacement, upsert}.
+func modelDocument(m mongo.WriteModel) bson.Raw {
+	var d bson.D
+	switch mm := m.(type) {
+	case *mongo.UpdateOneModel:
+		d = bson.D{{Key: "op", Value: "updateOne"}, {Key: "filter", Value: mm.Filter}, {Key: "update", Value: mm.Update}, {Key: "upsert", Value: mm.Upsert != nil && *mm.Upsert}}
+	case *mongo.UpdateManyModel:
+		d = bson.D{{Key: "op", Value: "updateMany"}, {Key: "filter", Value: mm.Filter}, {Key: "update", Value: mm.Update}, {Key: "upsert", Value: mm.Upsert != nil && *mm.Upsert}}
+	case *mongo.ReplaceOneModel:
+		d = bson.D{{Key: "op", Value: "replaceOne"}, {Key: "filter", Value: mm.Filter}, {Key: "replacement", Value: mm.Replacement}, {Key: "upsert", Value: mm.Upsert != nil && *mm.Upsert}}
+	case *mongo.DeleteOneModel:
+		d = bson.D{{Key: "op", Value: "deleteOne"}, {Key: "filter", Value: mm.Filter}}
+	case *mongo.DeleteManyModel:
+		d = bson.D{{Key: "op", Value: "deleteMany"}, {Key: "filter", Value: mm.Filter}}
+	}
+	raw, err := bson.Marshal(d)
+	if err != nil {
+		raw, _ = bson.Marshal(bson.D{{Key: "op", Value: fmt.Sprintf("%T", m)}, {Key: "marshal_error", Value: err.Error()}})
+	}
+	return raw
+}

@@ -1,0 +1,29 @@
+// Package envelope builds and stores dead-letter envelopes: when a guarded
+// write is rejected with code 121 (DocumentValidationFailure), the rejected
+// document is kept, verbatim, in an Envelope together with the server's
+// errInfo, the failing JSON Schema keywords and query operators
+// (FailingKeywords), the dotted paths they name (FailingPaths), and a
+// Fingerprint of the payload that makes a recapture of the same payload
+// update one record instead of adding another. Envelopes are handed to a
+// Sink (the Sink interface); a Mongo-backed sink and the setup of the
+// dead-letter collection (DLQ) will live in this package too.
+//
+// # errInfo analysis
+//
+// From MongoDB 5.0 on (SERVER-20547) a 121 write error carries an errInfo
+// built by the server's document validation error generator
+// (src/mongo/db/matcher/doc_validation/doc_validation_error.cpp in
+// mongodb/mongo): {failingDocumentId, details}, where details is a tree of
+// nodes each naming its operator in operatorName ($jsonSchema, properties,
+// minimum, $and, $lt, ...). OperatorNames lists them all, FailingKeywords
+// keeps the leaves (the root causes, used to group a backlog) and
+// FailingPaths derives the property paths. Servers before 5.0 send no
+// errInfo; the generator may also send errInfos without details (too deeply
+// nested, too large) or with a status in place of details (failed to
+// generate): for all of these FailingKeywords is ["unknown"]. The functions
+// read the raw BSON themselves and never panic, whatever the input.
+//
+// The rules and the shapes they must survive are those of
+// testdata/errinfo_corpus.README.md; testdata/errinfo_corpus.json holds real
+// replies with their expected results.
+package envelope

@@ -1,0 +1,132 @@
+package mocks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/drivertest"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/xoptions"
+)
+
+// Operations accepted by ReplyError.
+const (
+	OpInsertOne  = "insertOne"
+	OpInsertMany = "insertMany"
+	OpBulkWrite  = "bulkWrite"
+)
+
+// ReplyError returns exactly the error the driver returns when the server
+// answers op with reply: the reply is fed to the real driver (v2) through
+// its experimental drivertest.MockDeployment, and the driver's error comes
+// back unchanged (mongo.WriteException, mongo.BulkWriteException,
+// mongo.CommandError, ...). It returns nil when the driver sees success.
+//
+// op is OpInsertOne, OpInsertMany or OpBulkWrite. For insertMany and
+// bulkWrite the command carries as many documents as the reply needs (one
+// more than its largest writeErrors index, at least reply.n, at least 1);
+// retryable writes are off, so the driver reads exactly one reply.
+//
+// An unknown op or a reply that is not a valid BSON document is an error
+// returned as the second value of ReplyResult; ReplyError returns it
+// wrapped, never nil, so a test cannot mistake bad input for success.
+func ReplyError(op string, reply bson.Raw) error {
+	_, err := ReplyResult(op, reply)
+	return err
+}
+
+// ReplyResult is ReplyError that also returns the driver's result
+// (*mongo.InsertOneResult, *mongo.InsertManyResult or
+// *mongo.BulkWriteResult; nil when the driver returns none).
+func ReplyResult(op string, reply bson.Raw) (any, error) {
+	if err := reply.Validate(); err != nil {
+		return nil, fmt.Errorf("mocks: reply is not a valid BSON document: %w", err)
+	}
+	var d bson.D
+	if err := bson.Unmarshal(reply, &d); err != nil {
+		return nil, fmt.Errorf("mocks: reply: %w", err)
+	}
+	n := docsFor(reply)
+	return runMock(op, n, d)
+}
+
+// NetworkError returns the error the driver returns for op when the
+// connection fails while it waits for the reply: a mongo.CommandError
+// labelled NetworkError (mongo.IsNetworkError is true).
+func NetworkError(op string) error {
+	_, err := runMock(op, 1)
+	if err == nil {
+		return errors.New("mocks: the driver reported no network error")
+	}
+	return err
+}
+
+var mockMu sync.Mutex // drivertest's mock connection is not safe for concurrent use
+
+func runMock(op string, n int, replies ...bson.D) (any, error) {
+	switch op {
+	case OpInsertOne, OpInsertMany, OpBulkWrite:
+	default:
+		return nil, fmt.Errorf("mocks: unknown op %q: want %q, %q or %q", op, OpInsertOne, OpInsertMany, OpBulkWrite)
+	}
+	mockMu.Lock()
+	defer mockMu.Unlock()
+	md := drivertest.NewMockDeployment(replies...)
+	opts := options.Client().SetRetryWrites(false).SetRetryReads(false)
+	if err := xoptions.SetInternalClientOptions(opts, "deployment", md); err != nil {
+		return nil, fmt.Errorf("mocks: %w", err)
+	}
+	client, err := mongo.Connect(opts)
+	if err != nil {
+		return nil, fmt.Errorf("mocks: %w", err)
+	}
+	ctx := context.Background()
+	defer func() { _ = client.Disconnect(ctx) }()
+	coll := client.Database("db").Collection("coll")
+	docs := make([]any, n)
+	for i := range docs {
+		docs[i] = bson.D{{Key: "_id", Value: i}}
+	}
+	switch op {
+	case OpInsertOne:
+		return coll.InsertOne(ctx, docs[0])
+	case OpInsertMany:
+		return coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	default:
+		models := make([]mongo.WriteModel, n)
+		for i := range models {
+			models[i] = mongo.NewInsertOneModel().SetDocument(docs[i])
+		}
+		return coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	}
+}
+
+func docsFor(reply bson.Raw) int {
+	n := 1
+	if v, err := reply.LookupErr("n"); err == nil {
+		if k, ok := v.AsInt64OK(); ok && int(k) > n && k < 1<<20 {
+			n = int(k)
+		}
+	}
+	if v, err := reply.LookupErr("writeErrors"); err == nil {
+		if arr, ok := v.ArrayOK(); ok {
+			vals, _ := arr.Values()
+			for _, we := range vals {
+				doc, ok := we.DocumentOK()
+				if !ok {
+					continue
+				}
+				if iv, err := doc.LookupErr("index"); err == nil {
+					if k, ok := iv.AsInt64OK(); ok && int(k)+1 > n && k < 1<<20 {
+						n = int(k) + 1
+					}
+				}
+			}
+		}
+	}
+	return n
+}

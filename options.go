@@ -1,0 +1,255 @@
+package writeguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/hooks"
+	"github.com/writeguard/writeguard/policy"
+)
+
+// Option configures a guarded collection. Options are applied in order by
+// Wrap and New, then validated once; a bad value makes Wrap return an
+// error naming it.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	classifiers       []policy.Classifier
+	table             policy.Classifier
+	backoff           policy.Backoff
+	budget            *policy.Budget
+	sink              envelope.Sink
+	fallback          envelope.Sink
+	conflict          ConflictHandler
+	hooks             []hooks.Hooks
+	logger            *slog.Logger
+	clock             policy.Clock
+	throttledAttempts int
+	upsertRetries     int
+	allowUnacked      bool
+	errs              []error
+}
+
+func newConfig(opts []Option) (*config, error) {
+	c := &config{
+		table:             policy.Default(),
+		backoff:           policy.DefaultBackoff(),
+		budget:            policy.DefaultBudget(),
+		conflict:          ConflictFail(),
+		clock:             policy.RealClock{},
+		throttledAttempts: DefaultThrottledAttempts,
+		upsertRetries:     DefaultUpsertConflictRetries,
+		logger:            slog.New(slog.DiscardHandler),
+	}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("writeguard: nil Option")
+		}
+		o.apply(c)
+	}
+	if err := c.backoff.Validate(); err != nil {
+		c.errs = append(c.errs, err)
+	}
+	c.backoff = c.backoff.WithDefaults()
+	if c.throttledAttempts < 1 {
+		c.errs = append(c.errs, fmt.Errorf("writeguard: WithThrottledAttempts must be ≥ 1, got %d", c.throttledAttempts))
+	}
+	if c.upsertRetries < 0 {
+		c.errs = append(c.errs, fmt.Errorf("writeguard: WithUpsertConflictRetries must be ≥ 0, got %d", c.upsertRetries))
+	}
+	if c.fallback != nil && c.sink == nil {
+		c.errs = append(c.errs, errors.New("writeguard: WithFallbackDeadLetter needs WithDeadLetter"))
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	return c, nil
+}
+
+func (c *config) classifier() policy.Classifier {
+	return policy.Chain(append(append([]policy.Classifier{}, c.classifiers...), c.table)...)
+}
+
+// Defaults of the options below.
+const (
+	// DefaultThrottledAttempts bounds writeguard's own attempts for a
+	// Throttled failure. The driver already retries retryable overload
+	// errors inside each attempt (maxAdaptiveRetries, default 2, when
+	// retryWrites is on), so the server sees at most
+	// (1+maxAdaptiveRetries)·2 = 6 commands for one overloaded write
+	// instead of a product of two full retry loops.
+	DefaultThrottledAttempts = 2
+	// DefaultUpsertConflictRetries is how many times an upsert that lost
+	// a race on a unique index (11000) is run again, unchanged, before it
+	// goes to the conflict handler.
+	DefaultUpsertConflictRetries = 2
+)
+
+// WithClassifier puts c before the default classifier table. Several calls
+// add several classifiers, asked in the order given; the first answer that
+// is not policy.Unknown wins, and the default table answers last. nil is
+// an error.
+func WithClassifier(c policy.Classifier) Option {
+	return optionFunc(func(cfg *config) {
+		if c == nil {
+			cfg.errs = append(cfg.errs, errors.New("writeguard: WithClassifier(nil)"))
+			return
+		}
+		cfg.classifiers = append(cfg.classifiers, c)
+	})
+}
+
+// WithTable replaces the default classifier table (policy.Default()), for
+// example with policy.CosmosDB(). Classifiers added with WithClassifier
+// still run first.
+func WithTable(t *policy.Table) Option {
+	return optionFunc(func(cfg *config) {
+		if t == nil {
+			cfg.errs = append(cfg.errs, errors.New("writeguard: WithTable(nil)"))
+			return
+		}
+		cfg.table = t
+	})
+}
+
+// WithBackoff sets the retry schedule. Zero fields take their defaults
+// (policy.DefaultBackoff: base 100 ms, cap 10 s, multiplier 2, 5 attempts,
+// 30 s elapsed); out-of-range fields make Wrap fail.
+func WithBackoff(b policy.Backoff) Option {
+	return optionFunc(func(cfg *config) { cfg.backoff = b })
+}
+
+// WithBudget sets the retry budget shared by every call of this guarded
+// collection; pass the same *policy.Budget to several guarded collections
+// to share it further. nil disables the budget. Default:
+// policy.DefaultBudget() (100 tokens, 0.1 refunded per success).
+func WithBudget(b *policy.Budget) Option {
+	return optionFunc(func(cfg *config) { cfg.budget = b })
+}
+
+// WithDeadLetter sets the sink that receives Invalid documents (121
+// DocumentValidationFailure and the other codes of
+// policy.DefaultInvalidCodes). Without a sink, Invalid documents end
+// "failed". A failing Put is retried with the write backoff; if it still
+// fails the documents end "dead_letter_failed" and stay in the Report.
+func WithDeadLetter(s envelope.Sink) Option {
+	return optionFunc(func(cfg *config) {
+		if s == nil {
+			cfg.errs = append(cfg.errs, errors.New("writeguard: WithDeadLetter(nil)"))
+			return
+		}
+		cfg.sink = s
+	})
+}
+
+// WithFallbackDeadLetter sets a second sink (a local file, say) that
+// receives the envelopes the main sink could not store. Envelopes it
+// stores end "dead_lettered".
+func WithFallbackDeadLetter(s envelope.Sink) Option {
+	return optionFunc(func(cfg *config) {
+		if s == nil {
+			cfg.errs = append(cfg.errs, errors.New("writeguard: WithFallbackDeadLetter(nil)"))
+			return
+		}
+		cfg.fallback = s
+	})
+}
+
+// WithConflictHandler sets what happens to a duplicate key (11000). The
+// default is ConflictFail: the caller gets the duplicate-key error.
+func WithConflictHandler(h ConflictHandler) Option {
+	return optionFunc(func(cfg *config) {
+		if h == nil {
+			cfg.errs = append(cfg.errs, errors.New("writeguard: WithConflictHandler(nil)"))
+			return
+		}
+		cfg.conflict = h
+	})
+}
+
+// WithHooks adds lifecycle hooks. Several calls add several sets, called in
+// order (see hooks.Compose).
+func WithHooks(h hooks.Hooks) Option {
+	return optionFunc(func(cfg *config) { cfg.hooks = append(cfg.hooks, h) })
+}
+
+// WithLogger sets the logger for what must not pass silently: unknown
+// error codes (Warn, at most once a minute per code) and an exhausted
+// retry budget (Warn, at most once a minute). Default: no logging.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(cfg *config) {
+		if l == nil {
+			cfg.errs = append(cfg.errs, errors.New("writeguard: WithLogger(nil)"))
+			return
+		}
+		cfg.logger = l
+	})
+}
+
+// WithClock sets the time source of backoff waits (tests inject a fake).
+// Default: policy.RealClock.
+func WithClock(c policy.Clock) Option {
+	return optionFunc(func(cfg *config) {
+		if c == nil {
+			cfg.errs = append(cfg.errs, errors.New("writeguard: WithClock(nil)"))
+			return
+		}
+		cfg.clock = c
+	})
+}
+
+// WithThrottledAttempts bounds writeguard's attempts for Throttled failures
+// (n ≥ 1; default DefaultThrottledAttempts). The wait before each retry is
+// the server's delay (RetryAfterMs, baseBackoffMS) or the backoff,
+// whichever is longer.
+func WithThrottledAttempts(n int) Option {
+	return optionFunc(func(cfg *config) { cfg.throttledAttempts = n })
+}
+
+// WithUpsertConflictRetries sets how many times an upsert model that hit a
+// duplicate key is run again before the conflict handler sees it (n ≥ 0;
+// default DefaultUpsertConflictRetries). Two upserts with the same filter
+// can both miss and both insert (SERVER-14322); run again, the loser
+// matches and updates.
+func WithUpsertConflictRetries(n int) Option {
+	return optionFunc(func(cfg *config) { cfg.upsertRetries = n })
+}
+
+// WithUnacknowledged accepts a collection whose write concern is
+// unacknowledged (w: 0). The server then reports nothing: every document
+// ends "unacknowledged", nothing is classified, dead-lettered or resolved.
+// Without this option such a write returns a Report wrapping
+// ErrUnacknowledged.
+func WithUnacknowledged() Option {
+	return optionFunc(func(cfg *config) { cfg.allowUnacked = true })
+}
+
+type ctxKey int
+
+const idempotentKey ctxKey = 1
+
+// WithIdempotent returns a context that marks the update, replace and
+// delete models of BulkWrite calls made with it as safe to re-send after
+// an ambiguous failure (a lost reply, a timeout, a retryable write concern
+// error): for example $set of fixed values, or a replace by _id. Without
+// it, such a model ends "unknown" (or "written_unconfirmed" after a write
+// concern error) instead of being re-sent, because re-sending an $inc
+// applies it twice. Insert models never need it: writeguard assigns their
+// _id before the first attempt.
+func WithIdempotent(ctx context.Context) context.Context {
+	return context.WithValue(ctx, idempotentKey, true)
+}
+
+func idempotent(ctx context.Context) bool {
+	v, _ := ctx.Value(idempotentKey).(bool)
+	return v
+}

@@ -1,0 +1,200 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
+)
+
+// Extract turns an error returned by the driver for insertOne, insertMany
+// or bulkWrite into Failures, one per failed document or write model
+// (Index ≥ 0) and one for the whole command (Index == WholeCommand):
+//
+//   - mongo.BulkWriteException and mongo.WriteException: one Failure per
+//     write error (writeErrors[i], Origin server, its index, errInfo,
+//     keyPattern/keyValue, no labels) and one for the write concern error
+//     (Origin write_concern, Ambiguous, with the exception's labels).
+//   - mongo.CommandError: one whole-command Failure; Origin network when it
+//     carries the NetworkError label, timeout when mongo.IsTimeout (which
+//     includes MaxTimeMSExpired 50), server otherwise; errInfo,
+//     keyPattern/keyValue and baseBackoffMS are read from the reply.
+//   - context.Canceled, timeouts (context.DeadlineExceeded,
+//     driver.ErrDeadlineWouldBeExceeded), network and server selection
+//     errors without a server reply.
+//   - client errors: marshal errors, nil documents, documents over the
+//     maximum size, invalid arguments (Origin client, whole command; the
+//     driver does not say which document).
+//   - driver.ErrUnsupportedStorageEngine, which the driver returns in place
+//     of the server's 20 IllegalOperation "Transaction numbers are only
+//     allowed on a replica set member or mongos": Code 20.
+//
+// Ambiguous is set when the write may have been applied: network errors
+// (unless labelled NoWritesPerformed; a server selection error sent
+// nothing), timeouts other than ErrDeadlineWouldBeExceeded (never sent),
+// a cancelled context, and write concern errors. RetryAfter is parsed from
+// a Cosmos DB errmsg ("RetryAfterMs=8") or a baseBackoffMS field.
+//
+// Extract returns nil for a nil error. Every Failure keeps the driver
+// error in Err, so nothing of it is lost.
+func Extract(err error) []Failure {
+	if err == nil {
+		return nil
+	}
+	var bwe mongo.BulkWriteException
+	if errors.As(err, &bwe) {
+		out := make([]Failure, 0, len(bwe.WriteErrors)+1)
+		for _, we := range bwe.WriteErrors {
+			out = append(out, writeErrorFailure(we.WriteError, err))
+		}
+		if bwe.WriteConcernError != nil {
+			out = append(out, wceFailure(bwe.WriteConcernError, bwe.Labels, err))
+		}
+		if len(out) == 0 {
+			out = append(out, Failure{Index: WholeCommand, Origin: OriginServer, Labels: bwe.Labels, Message: err.Error(), Err: err})
+		}
+		return out
+	}
+	var we mongo.WriteException
+	if errors.As(err, &we) {
+		out := make([]Failure, 0, len(we.WriteErrors)+1)
+		for _, e := range we.WriteErrors {
+			out = append(out, writeErrorFailure(e, err))
+		}
+		if we.WriteConcernError != nil {
+			out = append(out, wceFailure(we.WriteConcernError, we.Labels, err))
+		}
+		if len(out) == 0 {
+			out = append(out, Failure{Index: WholeCommand, Origin: OriginServer, Labels: we.Labels, Raw: we.Raw, Message: err.Error(), Err: err})
+		}
+		return out
+	}
+	return []Failure{commandFailure(err)}
+}
+
+func writeErrorFailure(we mongo.WriteError, err error) Failure {
+	f := Failure{
+		Index:   we.Index,
+		Origin:  OriginServer,
+		Code:    int32(we.Code),
+		Message: we.Message,
+		ErrInfo: we.Details,
+		Raw:     we.Raw,
+		Err:     err,
+	}
+	if we.Raw != nil {
+		f.CodeName = lookupString(we.Raw, "codeName")
+		f.KeyPattern = lookupDoc(we.Raw, "keyPattern")
+		f.KeyValue = lookupDoc(we.Raw, "keyValue")
+	}
+	f.RetryAfter = retryAfter(f.Message, we.Raw)
+	return f
+}
+
+func wceFailure(wce *mongo.WriteConcernError, labels []string, err error) Failure {
+	f := Failure{
+		Index:     WholeCommand,
+		Origin:    OriginWriteConcern,
+		Code:      int32(wce.Code),
+		CodeName:  wce.Name,
+		Message:   wce.Message,
+		Labels:    labels,
+		ErrInfo:   wce.Details,
+		Raw:       wce.Raw,
+		Ambiguous: true,
+		Err:       err,
+	}
+	f.RetryAfter = retryAfter(f.Message, wce.Raw)
+	return f
+}
+
+func commandFailure(err error) Failure {
+	f := Failure{Index: WholeCommand, Origin: OriginClient, Message: err.Error(), Err: err}
+	var ce mongo.CommandError
+	if errors.As(err, &ce) {
+		f.Code, f.CodeName, f.Labels, f.Raw = ce.Code, ce.Name, ce.Labels, ce.Raw
+		f.Message = ce.Message
+		if f.Message == "" {
+			f.Message = err.Error()
+		}
+		f.Origin = OriginServer
+		if ce.Raw != nil {
+			f.ErrInfo = lookupDoc(ce.Raw, "errInfo")
+			f.KeyPattern = lookupDoc(ce.Raw, "keyPattern")
+			f.KeyValue = lookupDoc(ce.Raw, "keyValue")
+		}
+		f.RetryAfter = retryAfter(f.Message, ce.Raw)
+	}
+	switch {
+	case errors.Is(err, driver.ErrDeadlineWouldBeExceeded):
+		f.Origin = OriginTimeout // not sent: not ambiguous
+	case errors.Is(err, context.Canceled):
+		f.Origin, f.Ambiguous = OriginContext, true
+	case mongo.IsNetworkError(err):
+		f.Origin, f.Ambiguous = OriginNetwork, true
+	case mongo.IsTimeout(err):
+		f.Origin, f.Ambiguous = OriginTimeout, true
+	case errors.As(err, new(topology.ServerSelectionError)):
+		f.Origin = OriginNetwork // nothing was sent
+	case errors.Is(err, driver.ErrUnsupportedStorageEngine):
+		f.Origin, f.Code, f.CodeName = OriginServer, 20, "IllegalOperation"
+	}
+	if f.HasLabel(LabelNoWritesPerformed) {
+		f.Ambiguous = false
+	}
+	return f
+}
+
+func lookupString(doc bson.Raw, key string) string {
+	v, err := doc.LookupErr(key)
+	if err != nil {
+		return ""
+	}
+	s, _ := v.StringValueOK()
+	return s
+}
+
+func lookupDoc(doc bson.Raw, key string) bson.Raw {
+	v, err := doc.LookupErr(key)
+	if err != nil {
+		return nil
+	}
+	d, ok := v.DocumentOK()
+	if !ok {
+		return nil
+	}
+	return d
+}
+
+// retryAfter returns the server-given delay: Cosmos DB's "RetryAfterMs=<n>"
+// inside errmsg, else a numeric baseBackoffMS field of raw
+// (client-backpressure spec), else 0.
+func retryAfter(msg string, raw bson.Raw) time.Duration {
+	const key = "RetryAfterMs="
+	for i := 0; i+len(key) <= len(msg); i++ {
+		if msg[i:i+len(key)] != key {
+			continue
+		}
+		n, digits := int64(0), 0
+		for j := i + len(key); j < len(msg) && msg[j] >= '0' && msg[j] <= '9' && digits < 12; j++ {
+			n = n*10 + int64(msg[j]-'0')
+			digits++
+		}
+		if digits > 0 {
+			return time.Duration(n) * time.Millisecond
+		}
+		break
+	}
+	if raw != nil {
+		if v, err := raw.LookupErr("baseBackoffMS"); err == nil {
+			if ms, ok := v.AsInt64OK(); ok && ms > 0 {
+				return time.Duration(ms) * time.Millisecond
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,250 @@
+package writeguard
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/writeguard/writeguard/policy"
+)
+
+// Disposition is the terminal outcome of one input document or model; see
+// policy.Disposition for the values.
+type Disposition = policy.Disposition
+
+// The dispositions, re-exported from policy for convenience.
+const (
+	Written            = policy.Written
+	AlreadyWritten     = policy.AlreadyWritten
+	WrittenUnconfirmed = policy.WrittenUnconfirmed
+	DeadLettered       = policy.DeadLettered
+	DeadLetterFailed   = policy.DeadLetterFailed
+	Conflicted         = policy.Conflicted
+	ConflictSkipped    = policy.ConflictSkipped
+	ConflictReplaced   = policy.ConflictReplaced
+	Failed             = policy.Failed
+	Exhausted          = policy.Exhausted
+	NotAttempted       = policy.NotAttempted
+	OutcomeUnknown     = policy.OutcomeUnknown
+	Unacknowledged     = policy.Unacknowledged
+)
+
+// Sentinels for errors.Is on a *Report: the Report matches each sentinel
+// whose disposition at least one input has.
+var (
+	ErrDeadLettered     = errors.New("writeguard: documents were dead-lettered")
+	ErrDeadLetterFailed = errors.New("writeguard: dead-lettering failed; the documents are in the report")
+	ErrConflict         = errors.New("writeguard: duplicate key")
+	ErrFailed           = errors.New("writeguard: write failed (not retried)")
+	ErrExhausted        = errors.New("writeguard: retries exhausted")
+	ErrNotAttempted     = errors.New("writeguard: documents were not attempted")
+	ErrOutcomeUnknown   = errors.New("writeguard: outcome unknown; the write may have been applied")
+	ErrUnconfirmed      = errors.New("writeguard: written, but the write concern was not satisfied")
+	ErrUnacknowledged   = errors.New("writeguard: unacknowledged write concern (w: 0): nothing can be verified")
+	// ErrConfiguration matches a Report whose call was stopped by a
+	// Configuration failure (20, 79, 100): fix the setting it names.
+	ErrConfiguration = errors.New("writeguard: deployment or client configuration error")
+)
+
+func sentinel(d Disposition) error {
+	switch {
+	case d == DeadLettered:
+		return ErrDeadLettered
+	case d == DeadLetterFailed:
+		return ErrDeadLetterFailed
+	case d == Conflicted, strings.HasPrefix(string(d), "conflict_"):
+		return ErrConflict
+	case d == Failed:
+		return ErrFailed
+	case d == Exhausted:
+		return ErrExhausted
+	case d == NotAttempted:
+		return ErrNotAttempted
+	case d == OutcomeUnknown:
+		return ErrOutcomeUnknown
+	case d == WrittenUnconfirmed:
+		return ErrUnconfirmed
+	case d == Unacknowledged:
+		return ErrUnacknowledged
+	}
+	return nil
+}
+
+// Outcome is what happened to one input document or write model.
+type Outcome struct {
+	// Index is the position in the caller's input.
+	Index int
+	// ID is the document's _id (assigned by writeguard when the input had
+	// none) for inserts, nil for other models.
+	ID any
+	// Disposition is the terminal outcome.
+	Disposition Disposition
+	// Class is the class of Failure (policy.Unknown when there was none).
+	Class policy.Class
+	// Failure is the last failure of this input, nil when it was written
+	// without one.
+	Failure *policy.Failure
+	// Attempts is how many times it was sent (0 for not_attempted).
+	Attempts int
+	// MaybeWritten is true when an attempt ended ambiguously (lost reply,
+	// timeout, write concern error): unless the disposition says it was
+	// written, reconcile by _id before writing it again.
+	MaybeWritten bool
+	// Document is the document as prepared for the write (with its _id),
+	// for inserts; nil for other models. It is kept for every outcome, so
+	// nothing is lost when a write or a dead-letter hand-off fails.
+	Document bson.Raw
+	// Model is the caller's write model (BulkWrite only).
+	Model mongo.WriteModel
+	// Err is an error of writeguard's own handling of this input: the
+	// dead-letter sink's error, the conflict handler's error, the read-back
+	// error. nil otherwise.
+	Err error
+}
+
+// Report is the error a guarded call returns when any input did not end
+// written or already_written. It has exactly one Outcome per input, in
+// input order.
+//
+// errors.Is(err, ErrDeadLettered) and the other sentinels tell which
+// dispositions occurred; errors.As reaches the driver's last error (a
+// mongo.BulkWriteException, say) and any sink or handler error; Handled
+// tells whether every input reached a handled disposition.
+type Report struct {
+	// Operation is insertOne, insertMany or bulkWrite.
+	Operation string
+	// Namespace is "<database>.<collection>".
+	Namespace string
+	// Outcomes has one entry per input, Outcomes[i].Index == i.
+	Outcomes []Outcome
+	// Attempts is the number of driver calls the call made.
+	Attempts int
+	// Err is the last error the driver returned, nil when none did (every
+	// failure was client-side or from writeguard's own checks).
+	Err error
+	// Hint names the setting to fix after a Configuration failure ("" when
+	// there was none).
+	Hint string
+
+	extra []error
+}
+
+// Count returns the number of inputs with disposition d.
+func (r *Report) Count(d Disposition) int {
+	n := 0
+	for i := range r.Outcomes {
+		if r.Outcomes[i].Disposition == d {
+			n++
+		}
+	}
+	return n
+}
+
+// Counts returns the number of inputs per disposition.
+func (r *Report) Counts() map[Disposition]int {
+	m := make(map[Disposition]int, 4)
+	for i := range r.Outcomes {
+		m[r.Outcomes[i].Disposition]++
+	}
+	return m
+}
+
+// Handled reports whether every input reached a handled disposition (see
+// policy.Disposition.Handled).
+func (r *Report) Handled() bool {
+	for i := range r.Outcomes {
+		if !r.Outcomes[i].Disposition.Handled() {
+			return false
+		}
+	}
+	return true
+}
+
+// Error summarises the report: the counts per disposition, the codes seen
+// and the last driver error. Document values never appear in it.
+func (r *Report) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "writeguard: %s %s: ", r.Operation, r.Namespace)
+	counts := r.Counts()
+	keys := make([]string, 0, len(counts))
+	for d := range counts {
+		keys = append(keys, string(d))
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d %s", counts[Disposition(k)], k)
+	}
+	codes := map[string]bool{}
+	var list []string
+	for i := range r.Outcomes {
+		if f := r.Outcomes[i].Failure; f != nil && !r.Outcomes[i].Disposition.Stored() {
+			c := fmt.Sprintf("%d %s", f.Code, f.CodeName)
+			if f.Code == 0 {
+				c = f.Origin.String()
+			}
+			c = strings.TrimSpace(c) + " (" + r.Outcomes[i].Class.String() + ")"
+			if !codes[c] {
+				codes[c] = true
+				list = append(list, c)
+			}
+		}
+	}
+	if len(list) > 0 {
+		fmt.Fprintf(&b, "; failures: %s", strings.Join(list, ", "))
+	}
+	if r.Hint != "" {
+		fmt.Fprintf(&b, "; %s", r.Hint)
+	}
+	if r.Err != nil {
+		fmt.Fprintf(&b, "; last error: %v", r.Err)
+	}
+	return b.String()
+}
+
+// Unwrap returns the sentinels of the dispositions present, the driver's
+// last error and writeguard's own handling errors, for errors.Is and
+// errors.As.
+func (r *Report) Unwrap() []error {
+	var out []error
+	seen := map[error]bool{}
+	for i := range r.Outcomes {
+		if s := sentinel(r.Outcomes[i].Disposition); s != nil && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	if r.Hint != "" {
+		out = append(out, ErrConfiguration)
+	}
+	if r.Err != nil {
+		out = append(out, r.Err)
+	}
+	for i := range r.Outcomes {
+		if e := r.Outcomes[i].Err; e != nil {
+			out = append(out, e)
+		}
+	}
+	return append(out, r.extra...)
+}
+
+// Handled reports whether err leaves nothing for the caller to do: err is
+// nil, or it is (or wraps) a *Report whose every input reached a handled
+// disposition (written, already_written, dead_lettered, or a conflict
+// handler's "conflict_<verb>" resolution). Any other error is not handled.
+func Handled(err error) bool {
+	if err == nil {
+		return true
+	}
+	var r *Report
+	if errors.As(err, &r) {
+		return r.Handled()
+	}
+	return false
+}

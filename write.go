@@ -1,0 +1,284 @@
+package writeguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard/hooks"
+	"github.com/writeguard/writeguard/policy"
+)
+
+// MaxDocumentSize is the largest document the server accepts, 16 MiB
+// (maxBsonObjectSize; BSONObjectTooLarge 10334 above it). A larger document
+// is routed as Invalid before any attempt.
+const MaxDocumentSize = 16 * 1024 * 1024
+
+// InsertOne inserts document through the policy chain. document gets an
+// _id before the first attempt when it has none (the caller's value is not
+// modified), so retries cannot insert it twice.
+//
+// On success it returns exactly what the driver returns. Otherwise it
+// returns a *Report; the result is non-nil, with the _id, when the document
+// is stored (already_written, written_unconfirmed). Inside a transaction
+// it makes one attempt and returns the driver's result and error
+// unchanged.
+func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.Lister[options.InsertOneOptions]) (*mongo.InsertOneResult, error) {
+	if inTransaction(ctx) {
+		res, err := g.target.InsertOne(ctx, document, opts...)
+		g.observeTransaction(ctx, "insertOne", 1, err)
+		return res, err
+	}
+	c := g.newCall(ctx, "insertOne", true)
+	c.items = []*item{c.prepareDoc(0, document)}
+	c.send = func(ctx context.Context, batch []*item) (any, error) {
+		res, err := g.target.InsertOne(ctx, batch[0].doc, opts...)
+		if res != nil && !res.Acknowledged {
+			return res, errUnacked
+		}
+		return res, err
+	}
+	first, err := c.run(ctx)
+	if err == nil {
+		if res, ok := first.(*mongo.InsertOneResult); ok && res != nil {
+			return res, nil
+		}
+	}
+	it := c.items[0]
+	if it.disp.Stored() || it.disp == Unacknowledged {
+		return &mongo.InsertOneResult{InsertedID: it.idValue(), Acknowledged: it.disp != Unacknowledged}, err
+	}
+	return nil, err
+}
+
+// InsertMany inserts documents (a non-empty slice) through the policy
+// chain. Every document without an _id gets one before the first attempt
+// (the caller's values are not modified). Only documents that failed
+// transiently are re-sent, with the same _id; original indices are kept
+// through every retry; an ordered write resumes after a handled document.
+//
+// On success it returns exactly what the driver returns (or, after
+// retries, a result listing every document's _id in input order).
+// Otherwise it returns a *Report with one Outcome per document and a
+// result whose InsertedIDs lists the stored documents in input order.
+// documents that is not a slice, or is empty, gets the driver's
+// invalid-argument error (mongo.ErrNotSlice, mongo.ErrEmptySlice).
+func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options.Lister[options.InsertManyOptions]) (*mongo.InsertManyResult, error) {
+	if inTransaction(ctx) {
+		res, err := g.target.InsertMany(ctx, documents, opts...)
+		g.observeTransaction(ctx, "insertMany", sliceLen(documents), err)
+		return res, err
+	}
+	dv := reflect.ValueOf(documents)
+	if dv.Kind() != reflect.Slice {
+		return nil, fmt.Errorf("invalid documents: %w", mongo.ErrNotSlice)
+	}
+	if dv.Len() == 0 {
+		return nil, fmt.Errorf("invalid documents: %w", mongo.ErrEmptySlice)
+	}
+	ordered, err := insertManyOrdered(opts)
+	if err != nil {
+		return nil, err
+	}
+	c := g.newCall(ctx, "insertMany", ordered)
+	c.items = make([]*item, dv.Len())
+	for i := range c.items {
+		c.items[i] = c.prepareDoc(i, dv.Index(i).Interface())
+	}
+	c.send = func(ctx context.Context, batch []*item) (any, error) {
+		docs := make([]any, len(batch))
+		for i, it := range batch {
+			docs[i] = it.doc
+		}
+		res, err := g.target.InsertMany(ctx, docs, opts...)
+		if err == nil && res != nil && !res.Acknowledged {
+			return res, errUnacked
+		}
+		return res, err
+	}
+	first, err := c.run(ctx)
+	if err == nil {
+		if res, ok := first.(*mongo.InsertManyResult); ok && res != nil {
+			return res, nil
+		}
+	}
+	res := &mongo.InsertManyResult{Acknowledged: true}
+	for _, it := range c.items {
+		if it.disp.Stored() {
+			res.InsertedIDs = append(res.InsertedIDs, it.idValue())
+		}
+		if it.disp == Unacknowledged {
+			res.Acknowledged = false
+		}
+	}
+	return res, err
+}
+
+// BulkWrite runs models through the policy chain, routing each model by
+// its index. Insert models get an _id before the first attempt (a copy of
+// the model is sent; the caller's model is not modified). Update, replace
+// and delete models are re-sent after an ambiguous failure (lost reply,
+// timeout, write concern error) only when ctx comes from WithIdempotent;
+// an upsert that hits a duplicate key is run again up to
+// WithUpsertConflictRetries times.
+//
+// On success it returns exactly what the driver returns; after retries the
+// counts are summed over the attempts and UpsertedIDs are keyed by the
+// caller's indices. Otherwise it returns that result and a *Report. Inside
+// a transaction it makes one attempt and returns the driver's result and
+// error unchanged.
+func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts ...options.Lister[options.BulkWriteOptions]) (*mongo.BulkWriteResult, error) {
+	if inTransaction(ctx) {
+		res, err := g.target.BulkWrite(ctx, models, opts...)
+		g.observeTransaction(ctx, "bulkWrite", len(models), err)
+		return res, err
+	}
+	if len(models) == 0 {
+		return nil, fmt.Errorf("invalid models: %w", mongo.ErrEmptySlice)
+	}
+	ordered, err := bulkOrdered(opts)
+	if err != nil {
+		return nil, err
+	}
+	c := g.newCall(ctx, "bulkWrite", ordered)
+	c.idempotent = idempotent(ctx)
+	c.items = make([]*item, len(models))
+	for i, m := range models {
+		it, err := c.prepareModel(i, m)
+		if err != nil {
+			return nil, err
+		}
+		c.items[i] = it
+	}
+	total := &mongo.BulkWriteResult{Acknowledged: true}
+	c.send = func(ctx context.Context, batch []*item) (any, error) {
+		ms := make([]mongo.WriteModel, len(batch))
+		for i, it := range batch {
+			ms[i] = it.send
+		}
+		res, err := g.target.BulkWrite(ctx, ms, opts...)
+		if res != nil {
+			addBulk(total, res, batch)
+			if err == nil && !res.Acknowledged {
+				return res, errUnacked
+			}
+		}
+		return res, err
+	}
+	first, err := c.run(ctx)
+	if err == nil {
+		if res, ok := first.(*mongo.BulkWriteResult); ok && res != nil {
+			return res, nil
+		}
+	}
+	for _, it := range c.items {
+		if it.kind == kindInsert && it.disp == AlreadyWritten {
+			total.InsertedCount++
+		}
+		if it.disp == Unacknowledged {
+			total.Acknowledged = false
+		}
+	}
+	return total, err
+}
+
+func addBulk(total, res *mongo.BulkWriteResult, batch []*item) {
+	total.InsertedCount += res.InsertedCount
+	total.MatchedCount += res.MatchedCount
+	total.ModifiedCount += res.ModifiedCount
+	total.DeletedCount += res.DeletedCount
+	total.UpsertedCount += res.UpsertedCount
+	for idx, id := range res.UpsertedIDs {
+		if idx >= 0 && int(idx) < len(batch) {
+			if total.UpsertedIDs == nil {
+				total.UpsertedIDs = map[int64]any{}
+			}
+			total.UpsertedIDs[int64(batch[idx].index)] = id
+		}
+	}
+}
+
+var errUnacked = errors.New("writeguard: unacknowledged write")
+
+func inTransaction(ctx context.Context) bool {
+	s := mongo.SessionFromContext(ctx)
+	return s != nil && s.TransactionRunning()
+}
+
+// observeTransaction reports a call made inside a transaction: one attempt,
+// no routing; the driver's error goes back to the caller unchanged so that
+// the transaction (the unit of retry) can be retried as a whole.
+func (g *Guarded) observeTransaction(ctx context.Context, opName string, n int, err error) {
+	op := &hooks.Operation{Name: opName, Database: g.database, Collection: g.collection, BatchSize: n, Ordered: true, InTransaction: true}
+	ctx = g.hooks.OperationStarted(ctx, op)
+	fails := policy.Extract(err)
+	code, class := int32(0), policy.Unknown
+	if len(fails) > 0 {
+		code, class = fails[0].Code, g.classifier.Classify(fails[0])
+	}
+	g.hooks.AttemptFinished(ctx, &hooks.AttemptEnd{Op: op, Attempt: 1, Documents: n, Err: err, Code: code, Class: class, Failures: len(fails)})
+	g.hooks.OperationFinished(ctx, &hooks.OperationEnd{Op: op, Attempts: 1, Err: err, Code: code, Class: class})
+}
+
+func sliceLen(v any) int {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() == reflect.Slice {
+		return rv.Len()
+	}
+	return 0
+}
+
+func insertManyOrdered(opts []options.Lister[options.InsertManyOptions]) (bool, error) {
+	var o options.InsertManyOptions
+	for _, l := range opts {
+		if l == nil {
+			continue
+		}
+		for _, set := range l.List() {
+			if err := set(&o); err != nil {
+				return false, err
+			}
+		}
+	}
+	return o.Ordered == nil || *o.Ordered, nil
+}
+
+func bulkOrdered(opts []options.Lister[options.BulkWriteOptions]) (bool, error) {
+	var o options.BulkWriteOptions
+	for _, l := range opts {
+		if l == nil {
+			continue
+		}
+		for _, set := range l.List() {
+			if err := set(&o); err != nil {
+				return false, err
+			}
+		}
+	}
+	return o.Ordered == nil || *o.Ordered, nil
+}
+
+// sameDocument reports whether stored holds the same top-level fields with
+// byte-equal values as sent, in any order (the server moves _id first).
+func sameDocument(stored, sent bson.Raw) bool {
+	se, err := sent.Elements()
+	if err != nil {
+		return false
+	}
+	st, err := stored.Elements()
+	if err != nil || len(st) != len(se) {
+		return false
+	}
+	for _, e := range se {
+		v, err := stored.LookupErr(e.Key())
+		if err != nil || !v.Equal(e.Value()) {
+			return false
+		}
+	}
+	return true
+}
