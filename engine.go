@@ -347,18 +347,20 @@ func (c *call) route(ctx context.Context, batch []*item, fails []policy.Failure)
 			default:
 				conflicts = append(conflicts, it)
 			}
-		case policy.Configuration:
-			c.hint = hintFor(f)
-			if f.Origin == policy.OriginWriteConcern {
-				c.settle(it, WrittenUnconfirmed)
+		default: // Unknown, Configuration: never retried
+			if it.class == policy.Configuration {
+				c.hint = hintFor(f)
 			} else {
-				c.settle(it, Failed)
+				c.g.logUnknown(ctx, f, c.op.Name)
 			}
-		default:
-			c.g.logUnknown(ctx, f, c.op.Name)
-			if f.Origin == policy.OriginWriteConcern {
+			switch {
+			case f.Origin == policy.OriginWriteConcern:
 				c.settle(it, WrittenUnconfirmed)
-			} else {
+			case it.maybe:
+				// An earlier attempt may have been applied: the final
+				// error does not say whether the document is stored.
+				c.settle(it, OutcomeUnknown)
+			default:
 				c.settle(it, Failed)
 			}
 		}

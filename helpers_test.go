@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
@@ -120,11 +118,4 @@ func dispositions(r *writeguard.Report) []writeguard.Disposition {
 	return out
 }
 
-func mustRaw(t *testing.T, extJSON string) bson.Raw {
-	t.Helper()
-	var raw bson.Raw
-	if err := bson.UnmarshalExtJSON([]byte(extJSON), false, &raw); err != nil {
-		t.Fatalf("ext JSON %s: %v", extJSON, err)
-	}
-	return raw
-}
+var fakeStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

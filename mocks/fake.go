@@ -51,6 +51,8 @@ type Call struct {
 	Op string
 	// IDs are the _ids of the documents (insert models) sent, in order.
 	IDs []any
+	// Docs are the documents (insert models) sent, in order, as marshalled.
+	Docs []bson.Raw
 	// Models is the number of documents or models sent.
 	Models int
 	// Fault is the fault applied ("" when the call behaved normally).
@@ -360,6 +362,7 @@ func (f *Fake) execLocked(ft Fault, opName string, ops []op, ordered bool) (*exe
 		if o.kind == "insert" {
 			v, _ := o.doc.LookupErr("_id")
 			call.IDs = append(call.IDs, v)
+			call.Docs = append(call.Docs, o.doc)
 		}
 	}
 	f.calls = append(f.calls, call)

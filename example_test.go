@@ -1,0 +1,115 @@
+package writeguard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/mocks"
+	"github.com/writeguard/writeguard/policy"
+)
+
+// Wrapping a collection is a one-line change: the guarded collection has
+// the same InsertOne, InsertMany and BulkWrite, and every other method of
+// *mongo.Collection.
+func ExampleWrap() {
+	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://localhost:27017"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	db := client.Database("shop")
+	orders, err := writeguard.Wrap(db.Collection("orders"),
+		writeguard.WithDeadLetter(envelope.SinkFunc(func(ctx context.Context, envs []envelope.Envelope) error {
+			// A real program stores these (see the envelope package).
+			return nil
+		})),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = orders.InsertMany(context.TODO(), []any{bson.D{{Key: "sku", Value: "S1"}, {Key: "qty", Value: 2}}})
+	if err != nil && !writeguard.Handled(err) {
+		log.Printf("not written: %v", err)
+	}
+	n, _ := orders.CountDocuments(context.TODO(), bson.D{}) // the driver's own method
+	fmt.Println(n)
+}
+
+// A Report says what happened to each document. Here one document fails
+// the collection's validator and goes to the dead-letter sink, one hits a
+// unique index, and the others are written.
+func ExampleReport() {
+	fake := mocks.NewFake("shop.orders").Unique("sku").Validator(func(doc bson.Raw) (bson.Raw, bool) {
+		_, err := doc.LookupErr("qty")
+		return nil, err != nil // qty is required
+	})
+	_ = fake.Seed(bson.D{{Key: "_id", Value: "old"}, {Key: "sku", Value: "S2"}, {Key: "qty", Value: 1}})
+	var dlq []envelope.Envelope
+	orders, err := writeguard.New(fake, writeguard.WithDeadLetter(envelope.SinkFunc(func(_ context.Context, envs []envelope.Envelope) error {
+		dlq = append(dlq, envs...)
+		return nil
+	})))
+	if err != nil {
+		log.Fatal(err)
+	}
+	docs := []any{
+		bson.D{{Key: "_id", Value: 1}, {Key: "sku", Value: "S1"}},
+		bson.D{{Key: "_id", Value: 2}, {Key: "sku", Value: "S3"}, {Key: "qty", Value: 1}},
+		bson.D{{Key: "_id", Value: 3}, {Key: "sku", Value: "S2"}, {Key: "qty", Value: 1}},
+		bson.D{{Key: "_id", Value: 4}, {Key: "sku", Value: "S4"}, {Key: "qty", Value: 1}},
+	}
+	res, err := orders.InsertMany(context.Background(), docs, options.InsertMany().SetOrdered(false))
+
+	var report *writeguard.Report
+	if errors.As(err, &report) {
+		for _, o := range report.Outcomes {
+			code := int32(0)
+			if o.Failure != nil {
+				code = o.Failure.Code
+			}
+			fmt.Printf("%d: %s (code %d)\n", o.Index, o.Disposition, code)
+		}
+	}
+	fmt.Println("written:", len(res.InsertedIDs), "dead-lettered:", len(dlq))
+	fmt.Println("dead-lettered?", errors.Is(err, writeguard.ErrDeadLettered), "conflict?", errors.Is(err, writeguard.ErrConflict))
+	fmt.Println("handled:", writeguard.Handled(err))
+	// Output:
+	// 0: dead_lettered (code 121)
+	// 1: written (code 0)
+	// 2: conflict (code 11000)
+	// 3: written (code 0)
+	// written: 2 dead-lettered: 1
+	// dead-lettered? true conflict? true
+	// handled: false
+}
+
+// A custom classifier runs before the default table. Here an Atlas proxy
+// error (8000, unknown to the table) that a team knows to be transient is
+// retried.
+func ExampleWithClassifier() {
+	fake := mocks.NewFake("shop.orders").Script(
+		mocks.Reply(`{"ok":0,"code":8000,"codeName":"AtlasError","errmsg":"connection pool reset"}`))
+	atlas := policy.ClassifierFunc(func(f policy.Failure) policy.Class {
+		if f.Code == 8000 && f.Message == "connection pool reset" {
+			return policy.Transient
+		}
+		return policy.Unknown // let the default table decide
+	})
+	orders, err := writeguard.New(fake, writeguard.WithClassifier(atlas), writeguard.WithClock(mocks.NewClock(fakeStart)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = orders.InsertOne(context.Background(), bson.D{{Key: "sku", Value: "S1"}})
+	fmt.Println("err:", err)
+	fmt.Println("attempts:", len(fake.Calls()), "stored:", len(fake.Docs()))
+	// Output:
+	// err: <nil>
+	// attempts: 2 stored: 1
+}

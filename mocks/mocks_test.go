@@ -1,0 +1,99 @@
+package mocks_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard/mocks"
+)
+
+func TestReplyErrorTypes(t *testing.T) {
+	we, _ := bson.Marshal(bson.D{{Key: "ok", Value: 1}, {Key: "n", Value: 0}, {Key: "writeErrors", Value: bson.A{
+		bson.D{{Key: "index", Value: 2}, {Key: "code", Value: 11000}, {Key: "errmsg", Value: "E11000"}}}}})
+	var bwe mongo.BulkWriteException
+	if err := mocks.ReplyError(mocks.OpInsertMany, we); !errors.As(err, &bwe) || bwe.WriteErrors[0].Index != 2 {
+		t.Errorf("insertMany: %T %v, want a BulkWriteException at index 2", err, err)
+	}
+	var wex mongo.WriteException
+	if err := mocks.ReplyError(mocks.OpInsertOne, we); !errors.As(err, &wex) {
+		t.Errorf("insertOne: %T, want a WriteException", err)
+	}
+	ok, _ := bson.Marshal(bson.D{{Key: "ok", Value: 1}, {Key: "n", Value: 1}})
+	if err := mocks.ReplyError(mocks.OpInsertOne, ok); err != nil {
+		t.Errorf("success reply: %v", err)
+	}
+	if err := mocks.ReplyError("update", ok); err == nil {
+		t.Error("unknown op accepted")
+	}
+	if err := mocks.ReplyError(mocks.OpInsertOne, bson.Raw{1, 2}); err == nil {
+		t.Error("invalid BSON accepted")
+	}
+	if err := mocks.NetworkError(mocks.OpInsertOne); !mongo.IsNetworkError(err) {
+		t.Errorf("NetworkError: %v is not a network error", err)
+	}
+}
+
+func TestFakeOrderedSemantics(t *testing.T) {
+	ctx := context.Background()
+	docs := []any{bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "_id", Value: 3}}}
+	f := mocks.NewFake("db.c")
+	res, err := f.InsertMany(ctx, docs)
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || len(bwe.WriteErrors) != 1 || bwe.WriteErrors[0].Index != 1 {
+		t.Fatalf("ordered: %v", err)
+	}
+	if len(f.Docs()) != 1 || len(res.InsertedIDs) != 1 {
+		t.Errorf("ordered write did not stop at the first error: %d stored", len(f.Docs()))
+	}
+	f2 := mocks.NewFake("db.c")
+	_, err = f2.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	if !mongo.IsDuplicateKeyError(err) || len(f2.Docs()) != 2 {
+		t.Errorf("unordered: %v, %d stored; want a duplicate and 2 stored", err, len(f2.Docs()))
+	}
+}
+
+func TestFakeFaults(t *testing.T) {
+	ctx := context.Background()
+	f := mocks.NewFake("db.c").Script(mocks.LoseReply(), mocks.DropConnection(), mocks.WriteConcernError(64, "WriteConcernTimeout", "timeout"))
+	if _, err := f.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}}); !mongo.IsNetworkError(err) || len(f.Docs()) != 1 {
+		t.Errorf("LoseReply: %v, %d stored; want a network error and the write applied", err, len(f.Docs()))
+	}
+	if _, err := f.InsertOne(ctx, bson.D{{Key: "_id", Value: 2}}); !mongo.IsNetworkError(err) || len(f.Docs()) != 1 {
+		t.Errorf("DropConnection: %v, %d stored; want a network error and nothing applied", err, len(f.Docs()))
+	}
+	var wex mongo.WriteException
+	if _, err := f.InsertOne(ctx, bson.D{{Key: "_id", Value: 3}}); !errors.As(err, &wex) || wex.WriteConcernError == nil || len(f.Docs()) != 2 {
+		t.Errorf("WriteConcernError: %v", err)
+	}
+	calls := f.Calls()
+	if len(calls) != 3 || calls[0].Fault != "lose_reply" || calls[2].Fault != "write_concern_error" {
+		t.Errorf("calls %+v", calls)
+	}
+}
+
+func TestFakeBulkUpdates(t *testing.T) {
+	ctx := context.Background()
+	f := mocks.NewFake("db.c")
+	if err := f.Seed(bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: int32(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.BulkWrite(ctx, []mongo.WriteModel{
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: 1}}).SetUpdate(bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 2}}}}),
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: 2}}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "x", Value: 1}}}}).SetUpsert(true),
+		mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: 2}}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ModifiedCount != 1 || res.UpsertedCount != 1 || res.DeletedCount != 1 || res.UpsertedIDs[1] == nil {
+		t.Errorf("result %+v", res)
+	}
+	if n := f.Docs()[0].Lookup("n").AsInt64(); n != 3 {
+		t.Errorf("n = %d, want 3", n)
+	}
+}
