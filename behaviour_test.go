@@ -1,0 +1,302 @@
+package writeguard_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/mocks"
+	"github.com/writeguard/writeguard/policy"
+)
+
+func TestConflictHandlers(t *testing.T) {
+	seed := bson.D{{Key: "_id", Value: "a"}, {Key: "email", Value: "x@y"}, {Key: "v", Value: 1}}
+	doc := bson.D{{Key: "_id", Value: "b"}, {Key: "email", Value: "x@y"}, {Key: "v", Value: 2}}
+	t.Run("skip", func(t *testing.T) {
+		fake := mocks.NewFake("db.h").Unique("email")
+		_ = fake.Seed(seed)
+		fx := newFixture(t, fake, writeguard.WithConflictHandler(writeguard.ConflictSkip()))
+		_, err := fx.g.InsertOne(ctx, doc)
+		var r *writeguard.Report
+		if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.ConflictSkipped || !writeguard.Handled(err) {
+			t.Fatalf("err = %v, want a handled conflict_skipped", err)
+		}
+	})
+	t.Run("replace by the conflicting key", func(t *testing.T) {
+		fake := mocks.NewFake("db.h").Unique("email")
+		_ = fake.Seed(seed)
+		fx := newFixture(t, fake, writeguard.WithConflictHandler(writeguard.ConflictReplace()))
+		_, err := fx.g.InsertOne(ctx, doc)
+		var r *writeguard.Report
+		if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.ConflictReplaced {
+			t.Fatalf("err = %v, want conflict_replaced", err)
+		}
+		docs := fake.Docs()
+		if len(docs) != 1 || docs[0].Lookup("_id").StringValue() != "a" || docs[0].Lookup("v").Int32() != 2 {
+			t.Errorf("stored %v, want the document with _id a replaced by v 2", docs)
+		}
+	})
+	t.Run("user func and a bad disposition", func(t *testing.T) {
+		fake := mocks.NewFake("db.h").Unique("email")
+		_ = fake.Seed(seed)
+		var got *writeguard.Conflict
+		h := writeguard.ConflictHandlerFunc(func(_ context.Context, c *writeguard.Conflict) (policy.Disposition, error) {
+			got = c
+			return "merged", nil // not conflict_<verb>
+		})
+		fx := newFixture(t, fake, writeguard.WithConflictHandler(h))
+		_, err := fx.g.InsertOne(ctx, doc)
+		var r *writeguard.Report
+		if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.Conflicted || r.Outcomes[0].Err == nil {
+			t.Fatalf("err = %v, want conflict with the handler's mistake named", err)
+		}
+		if got == nil || got.KeyValue.Lookup("email").StringValue() != "x@y" || got.Index != 0 || got.Document == nil {
+			t.Errorf("handler saw %+v", got)
+		}
+	})
+}
+
+// C13: the dead-letter sink fails. Nothing is lost: the document is in the
+// report with both errors; a fallback sink takes it; transient sink errors
+// are retried.
+func TestDeadLetterSinkFailure(t *testing.T) {
+	rejectAll := func(bson.Raw) (bson.Raw, bool) { return nil, true }
+	dlqErr := mocks.ReplyError(mocks.OpInsertMany, mustMarshal(bson.D{{Key: "ok", Value: 1}, {Key: "n", Value: 0},
+		{Key: "writeErrors", Value: bson.A{bson.D{{Key: "index", Value: 0}, {Key: "code", Value: 121}, {Key: "errmsg", Value: "Document failed validation"}}}}}))
+	t.Run("deterministic sink failure", func(t *testing.T) {
+		fake := mocks.NewFake("db.c13").Validator(rejectAll)
+		fx := newFixture(t, fake)
+		fx.sink.fail = func(int) error { return dlqErr }
+		_, err := fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 9}})
+		var r *writeguard.Report
+		if !errors.As(err, &r) {
+			t.Fatalf("err = %v", err)
+		}
+		o := r.Outcomes[0]
+		if o.Disposition != writeguard.DeadLetterFailed || o.Document == nil || o.Failure.Code != 121 || o.Err == nil {
+			t.Fatalf("outcome %+v, want dead_letter_failed with the document, the 121 and the sink error", o)
+		}
+		if fx.sink.puts != 1 {
+			t.Errorf("sink called %d times, want 1 (its 121 is not retried)", fx.sink.puts)
+		}
+		if !errors.Is(err, writeguard.ErrDeadLetterFailed) || writeguard.Handled(err) {
+			t.Error("sentinels wrong")
+		}
+	})
+	t.Run("transient sink failure is retried", func(t *testing.T) {
+		fake := mocks.NewFake("db.c13b").Validator(rejectAll)
+		fx := newFixture(t, fake)
+		fx.sink.fail = func(n int) error {
+			if n == 1 {
+				return mocks.NetworkError(mocks.OpBulkWrite)
+			}
+			return nil
+		}
+		_, err := fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 9}})
+		if !errors.Is(err, writeguard.ErrDeadLettered) || !writeguard.Handled(err) || len(fx.sink.all()) != 1 {
+			t.Fatalf("err = %v, %d envelopes; want one dead_lettered", err, len(fx.sink.all()))
+		}
+	})
+	t.Run("fallback sink", func(t *testing.T) {
+		fake := mocks.NewFake("db.c13c").Validator(rejectAll)
+		fallback := &memSink{}
+		fx := newFixture(t, fake, writeguard.WithFallbackDeadLetter(fallback))
+		fx.sink.fail = func(int) error { return dlqErr }
+		_, err := fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 9}})
+		if !errors.Is(err, writeguard.ErrDeadLettered) || len(fallback.all()) != 1 {
+			t.Fatalf("err = %v, fallback has %d; want dead_lettered into the fallback", err, len(fallback.all()))
+		}
+		if len(fake.Docs()) != 0 {
+			t.Error("the main collection changed")
+		}
+	})
+}
+
+func mustMarshal(v any) bson.Raw {
+	b, err := bson.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// A cancelled context ends the backoff at once and keeps the last server
+// error visible.
+func TestCancelDuringBackoff(t *testing.T) {
+	fake := mocks.NewFake("db.cancel").Script(mocks.Reply(`{"ok":0,"code":189,"codeName":"PrimarySteppedDown","errmsg":"stepdown","errorLabels":["RetryableWriteError"]}`))
+	g, err := writeguard.New(fake, writeguard.WithBackoff(policy.Backoff{Base: time.Hour, Cap: time.Hour, MaxElapsed: -1, Jitter: func() float64 { return 0.99 }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(50*time.Millisecond, cancel)
+	t0 := time.Now()
+	_, err = g.InsertOne(cctx, bson.D{{Key: "_id", Value: 1}})
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("returned after %v", d)
+	}
+	var ce mongo.CommandError
+	if !errors.As(err, &ce) || ce.Code != 189 {
+		t.Errorf("err = %v, want the last server error (189) reachable", err)
+	}
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, writeguard.ErrExhausted) {
+		t.Errorf("err = %v, want context.Canceled and ErrExhausted", err)
+	}
+}
+
+// Update models are re-sent after a lost reply only when marked
+// idempotent; insert models always are.
+func TestIdempotentModels(t *testing.T) {
+	models := func() []mongo.WriteModel {
+		return []mongo.WriteModel{
+			mongo.NewInsertOneModel().SetDocument(bson.D{{Key: "n", Value: 1}}),
+			mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: "s"}}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "x", Value: 1}}}}),
+		}
+	}
+	for _, marked := range []bool{false, true} {
+		fake := mocks.NewFake("db.idem").Script(mocks.LoseReply())
+		_ = fake.Seed(bson.D{{Key: "_id", Value: "s"}})
+		fx := newFixture(t, fake)
+		c := ctx
+		if marked {
+			c = writeguard.WithIdempotent(ctx)
+		}
+		res, err := fx.g.BulkWrite(c, models())
+		if marked {
+			if err != nil {
+				t.Fatalf("marked: err = %v", err)
+			}
+			// Ordered: the retry stops at the insert's duplicate (read back:
+			// already written), then the update is sent again.
+			if len(fake.Calls()) != 3 || res.InsertedCount != 1 || len(fake.Docs()) != 2 {
+				t.Errorf("marked: %d calls, result %+v, %d docs", len(fake.Calls()), res, len(fake.Docs()))
+			}
+			continue
+		}
+		var r *writeguard.Report
+		if !errors.As(err, &r) {
+			t.Fatalf("unmarked: err = %v", err)
+		}
+		if diff := cmp.Diff([]writeguard.Disposition{"already_written", "unknown"}, dispositions(r)); diff != "" {
+			t.Errorf("unmarked (-want +got):\n%s", diff)
+		}
+		if len(fake.Docs()) != 2 {
+			t.Errorf("%d documents, want 2 (the insert once)", len(fake.Docs()))
+		}
+	}
+}
+
+// Unknown codes are logged (rate-limited) and counted, never retried.
+func TestUnknownIsLoud(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	unknown := mocks.Reply(`{"ok":0,"code":8000,"codeName":"AtlasError","errmsg":"user is not allowed to do action [insert]"}`)
+	fake := mocks.NewFake("db.loud").Script(unknown, unknown)
+	fx := newFixture(t, fake, writeguard.WithLogger(logger))
+	for i := 0; i < 2; i++ {
+		_, err := fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: i}})
+		if !errors.Is(err, writeguard.ErrFailed) {
+			t.Fatalf("err = %v", err)
+		}
+	}
+	if len(fake.Calls()) != 2 {
+		t.Errorf("%d calls, want 2 (one per InsertOne, no retry)", len(fake.Calls()))
+	}
+	if n := strings.Count(buf.String(), "code=8000"); n != 1 {
+		t.Errorf("logged %d times, want once (rate-limited):\n%s", n, buf.String())
+	}
+	if strings.Contains(buf.String(), "not allowed") {
+		t.Error("the log carries the server's message; it must carry codes only")
+	}
+}
+
+func TestReportError(t *testing.T) {
+	fake := mocks.NewFake("db.rep").Validator(func(bson.Raw) (bson.Raw, bool) { return nil, true })
+	fx := newFixture(t, fake)
+	_, err := fx.g.InsertMany(ctx, []any{bson.D{{Key: "ssn", Value: "123-45-6789"}}}, options.InsertMany())
+	msg := err.Error()
+	for _, want := range []string{"insertMany", "db.rep", "1 dead_lettered", "121"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%q lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "123-45") {
+		t.Error("the error message carries a document value")
+	}
+}
+
+func TestOptionsValidated(t *testing.T) {
+	fake := mocks.NewFake("db.o")
+	bad := map[string]writeguard.Option{
+		"nil sink":        writeguard.WithDeadLetter(nil),
+		"nil classifier":  writeguard.WithClassifier(nil),
+		"backoff":         writeguard.WithBackoff(policy.Backoff{Multiplier: 0.5}),
+		"throttled":       writeguard.WithThrottledAttempts(0),
+		"fallback alone":  writeguard.WithFallbackDeadLetter(&memSink{}),
+		"nil option":      nil,
+		"nil logger":      writeguard.WithLogger(nil),
+		"negative upsert": writeguard.WithUpsertConflictRetries(-1),
+	}
+	for name, o := range bad {
+		if _, err := writeguard.New(fake, o); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := writeguard.Wrap(nil); err == nil {
+		t.Error("Wrap(nil) accepted")
+	}
+	g, err := writeguard.New(fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.InsertMany(ctx, "not a slice"); !errors.Is(err, mongo.ErrNotSlice) {
+		t.Errorf("InsertMany(string): %v", err)
+	}
+	if _, err := g.InsertMany(ctx, []any{}); !errors.Is(err, mongo.ErrEmptySlice) {
+		t.Errorf("InsertMany(empty): %v", err)
+	}
+	if _, err := g.BulkWrite(ctx, []mongo.WriteModel{nil}); err == nil {
+		t.Error("nil model accepted")
+	}
+	if g.Namespace() != "db.o" {
+		t.Errorf("Namespace %q", g.Namespace())
+	}
+}
+
+// A document that cannot be marshalled, or is over 16 MiB, never reaches
+// the server; the rest of the batch is written.
+func TestPrepareFailures(t *testing.T) {
+	fake := mocks.NewFake("db.prep")
+	fx := newFixture(t, fake)
+	big := bson.D{{Key: "_id", Value: "big"}, {Key: "blob", Value: strings.Repeat("x", writeguard.MaxDocumentSize)}}
+	_, err := fx.g.InsertMany(ctx, []any{bson.D{{Key: "_id", Value: 1}}, make(chan int), big, bson.D{{Key: "_id", Value: 2}}},
+		options.InsertMany().SetOrdered(false))
+	var r *writeguard.Report
+	if !errors.As(err, &r) {
+		t.Fatalf("err = %v", err)
+	}
+	if diff := cmp.Diff([]writeguard.Disposition{"written", "failed", "dead_lettered", "written"}, dispositions(r)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if r.Outcomes[2].Failure.Code != 10334 {
+		t.Errorf("oversized: code %d, want 10334", r.Outcomes[2].Failure.Code)
+	}
+	if calls := fake.Calls(); len(calls) != 1 || calls[0].Models != 2 {
+		t.Errorf("calls %+v, want one with the 2 good documents", calls)
+	}
+	var envs []envelope.Envelope = fx.sink.all()
+	if len(envs) != 1 || envs[0].Code != 10334 {
+		t.Errorf("DLQ %+v", envs)
+	}
+}

@@ -1,0 +1,68 @@
+// Package faultproxy is the test bed for writeguard's write guarding: a
+// MongoDB wire-protocol (OP_MSG) TCP proxy that sits between the Go driver
+// and a MongoDB-compatible server, injects scripted faults, emulates
+// $jsonSchema collection validators with the server's exact errInfo, and
+// counts what passes through. With no server configured it answers every
+// command itself (the null backend), so tests and overhead benchmarks run
+// with no MongoDB at all.
+//
+// # Use
+//
+//	script := faultproxy.MustScript(
+//		faultproxy.Validator("app.users", bson.D{{"$jsonSchema", schema}}),
+//		faultproxy.On("insert").In("app.users").Nth(2).Do(faultproxy.CloseAfterForward()),
+//		faultproxy.On("insert").In("app.dlq").Always().Do(faultproxy.ErrorReply(faultproxy.CommandError{
+//			Code: 91, CodeName: "ShutdownInProgress", Labels: []string{"RetryableWriteError"},
+//		})),
+//	)
+//	p, _ := faultproxy.New(faultproxy.WithScript(script), faultproxy.WithReplicaSet("rs0"))
+//	_ = p.Start(ctx)
+//	defer p.Close()
+//	client, _ := mongo.Connect(options.Client().ApplyURI(p.URI()))
+//
+// # Upstream
+//
+// WithUpstream("host:port") forwards to a real mongod (or an embedded
+// FerretDB). Each client connection gets its own upstream connection, so
+// cursors, sessions and exhaust streams keep working; messages the proxy
+// does not need to change are relayed byte for byte, including OP_QUERY
+// handshakes, OP_COMPRESSED and anything it cannot parse. Without an
+// upstream the null backend answers hello/isMaster as a standalone (or, with
+// WithReplicaSet, as a replica-set primary with logicalSessionTimeoutMinutes
+// 30, so the driver uses retryable writes), ping, buildInfo, endSessions,
+// insert/update/delete (every statement applied), findAndModify, find and
+// aggregate (empty cursors) and anything else with {ok: 1}. It stores
+// nothing.
+//
+// # Scripts
+//
+// A Script holds Rules and Validators. A Rule selects commands by name
+// (On("insert")), namespace (In("db.coll")) and an optional predicate
+// (Where), counts them, and applies a Fault to the occurrences in its
+// window (Nth, Times, Always): ErrorReply (an ok:0 reply, not forwarded,
+// like failCommand), WriteConcernErrorReply (forwarded, then a
+// writeConcernError is added), CloseBeforeForward and CloseAfterForward
+// (network errors with the write not applied or applied), Delay,
+// RejectDocuments (per-document write errors, e.g. 112 WriteConflict or
+// Cosmos DB's 16500), Custom (any handler), and RandomSchedule (a seeded,
+// replayable choice among faults for chaos tests).
+//
+// A Validator emulates a collection's $jsonSchema validator for inserts:
+// the documents it rejects get a code-121 write error whose errInfo is
+// built like the server's (package jsonschema); the others are forwarded in
+// a rewritten insert. Ordered inserts stop at the first rejected document;
+// unordered ones forward every accepted document and report every rejected
+// one. Write error indexes in the reply (the server's own, e.g. 11000, and
+// the proxy's) are those of the client's command.
+//
+// # Counters
+//
+// Stats reports commands by name and namespace, statements received and
+// forwarded per command name, and faults fired by kind, for amplification
+// figures (how many round trips and documents a guarded write costs).
+//
+// Limits: compression (OP_COMPRESSED) is relayed untouched to an upstream
+// but never parsed, so faults do not apply to compressed messages (the
+// driver compresses only when asked to); OP_MSG checksums are verified and
+// dropped from messages the proxy rewrites.
+package faultproxy

@@ -1,0 +1,585 @@
+package faultproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/wiremessage"
+)
+
+// DefaultMaxWireVersion is the maxWireVersion the null backend reports
+// (21, MongoDB 7.0). Driver v2.10 supports wire versions 9 (MongoDB 4.4)
+// to 29.
+const DefaultMaxWireVersion int32 = 21
+
+// DefaultDialTimeout bounds how long the proxy waits to connect to its
+// upstream server for a new client connection.
+const DefaultDialTimeout = 10 * time.Second
+
+type config struct {
+	listenAddr     string
+	upstream       string
+	replicaSet     string
+	script         *Script
+	maxWireVersion int32
+	dialTimeout    time.Duration
+}
+
+// Option configures a Proxy.
+type Option func(*config) error
+
+// WithUpstream makes the proxy forward to a MongoDB-compatible server at
+// hostport ("host:port"). Without it the proxy runs with the null backend:
+// it answers every command itself and stores nothing.
+func WithUpstream(hostport string) Option {
+	return func(c *config) error {
+		if _, _, err := net.SplitHostPort(hostport); err != nil {
+			return fmt.Errorf("faultproxy: upstream %q: %w", hostport, err)
+		}
+		c.upstream = hostport
+		return nil
+	}
+}
+
+// WithReplicaSet makes the null backend present itself as the primary of
+// a one-member replica set named name (hello reports setName, hosts,
+// primary), so that the driver uses retryable writes and transactions
+// can be started. It has no effect with an upstream server.
+func WithReplicaSet(name string) Option {
+	return func(c *config) error {
+		if name == "" {
+			return errors.New("faultproxy: empty replica set name")
+		}
+		c.replicaSet = name
+		return nil
+	}
+}
+
+// WithScript sets the script of faults and emulated validators (see
+// NewScript). Without it the proxy forwards everything unchanged.
+func WithScript(s *Script) Option {
+	return func(c *config) error { c.script = s; return nil }
+}
+
+// WithListenAddr sets the address to listen on (default "127.0.0.1:0": a
+// free loopback port).
+func WithListenAddr(addr string) Option {
+	return func(c *config) error {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("faultproxy: listen address %q: %w", addr, err)
+		}
+		c.listenAddr = addr
+		return nil
+	}
+}
+
+// WithMaxWireVersion sets the maxWireVersion the null backend reports
+// (default DefaultMaxWireVersion); it must be within what the driver
+// supports (9..29 for driver v2.10).
+func WithMaxWireVersion(v int32) Option {
+	return func(c *config) error {
+		if v < 9 {
+			return fmt.Errorf("faultproxy: maxWireVersion %d is below the driver's minimum (9)", v)
+		}
+		c.maxWireVersion = v
+		return nil
+	}
+}
+
+// WithDialTimeout bounds the connection to the upstream server (default
+// DefaultDialTimeout).
+func WithDialTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("faultproxy: dial timeout %v must be positive", d)
+		}
+		c.dialTimeout = d
+		return nil
+	}
+}
+
+// Proxy is a fault-injecting MongoDB wire-protocol proxy. Create it with
+// New, start it with Start, point a driver at URI(), and Close it. All
+// methods are safe for concurrent use.
+type Proxy struct {
+	cfg      config
+	script   atomic.Pointer[Script]
+	counters *counters
+	connIDs  atomic.Int64
+
+	mu       sync.Mutex
+	ln       net.Listener
+	addr     string
+	sessions map[*session]struct{}
+	started  bool
+	closed   bool
+	done     chan struct{}
+	ctx      context.Context // cancelled by Close
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// New returns an unstarted proxy. It returns the first option's error,
+// if any.
+func New(opts ...Option) (*Proxy, error) {
+	cfg := config{
+		listenAddr:     "127.0.0.1:0",
+		maxWireVersion: DefaultMaxWireVersion,
+		dialTimeout:    DefaultDialTimeout,
+	}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	p := &Proxy{
+		cfg:      cfg,
+		counters: newCounters(),
+		sessions: map[*session]struct{}{},
+		done:     make(chan struct{}),
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.script.Store(cfg.script)
+	return p, nil
+}
+
+// Start listens (on 127.0.0.1 and a free port unless WithListenAddr says
+// otherwise) and serves connections in the background until Close. ctx
+// bounds the listen call only. It returns an error if the proxy was
+// already started or closed, or if it cannot listen.
+func (p *Proxy) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return errors.New("faultproxy: Start after Close")
+	case p.started:
+		return errors.New("faultproxy: already started")
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", p.cfg.listenAddr)
+	if err != nil {
+		return fmt.Errorf("faultproxy: listen: %w", err)
+	}
+	p.ln, p.addr, p.started = ln, ln.Addr().String(), true
+	p.wg.Add(1)
+	go p.acceptLoop(ln)
+	return nil
+}
+
+// Addr returns the "host:port" the proxy listens on ("" before Start).
+func (p *Proxy) Addr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.addr
+}
+
+// URI returns a connection string for the proxy,
+// "mongodb://<Addr>/?directConnection=true", so that the driver talks to
+// the proxy only and never to hosts named in hello replies.
+func (p *Proxy) URI() string {
+	return "mongodb://" + p.Addr() + "/?directConnection=true"
+}
+
+// SetScript replaces the script (nil: no faults, no validators). Commands
+// already being handled finish with the old one.
+func (p *Proxy) SetScript(s *Script) { p.script.Store(s) }
+
+// Stats returns a snapshot of the counters.
+func (p *Proxy) Stats() Stats { return p.counters.snapshot() }
+
+// Reset zeroes the counters and the current script's occurrence counts,
+// so that the next matching command is occurrence 1 again.
+func (p *Proxy) Reset() {
+	p.counters.reset()
+	p.script.Load().reset()
+}
+
+// Close stops the proxy: it closes the listener and every client and
+// upstream connection, cuts Delay waits short, and waits for all its
+// goroutines to return. It is idempotent and returns nil unless closing
+// the listener failed.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.done)
+	p.cancel()
+	var err error
+	if p.ln != nil {
+		if cerr := p.ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
+			err = cerr
+		}
+	}
+	for s := range p.sessions {
+		s.closeConns()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) acceptLoop(ln net.Listener) {
+	defer p.wg.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		s := &session{p: p, client: c, connID: p.connIDs.Add(1)}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		p.sessions[s] = struct{}{}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		p.counters.connection()
+		go s.serve()
+	}
+}
+
+// session is one client connection and its upstream connection.
+type session struct {
+	p      *Proxy
+	client net.Conn
+	connID int64
+
+	mu      sync.Mutex
+	backend net.Conn
+	closed  bool
+}
+
+var errCloseClient = errors.New("faultproxy: closing the client connection")
+
+func (s *session) closeConns() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	_ = s.client.Close()
+	if s.backend != nil {
+		_ = s.backend.Close()
+	}
+}
+
+func (s *session) serve() {
+	defer func() {
+		s.closeConns()
+		s.p.mu.Lock()
+		delete(s.p.sessions, s)
+		s.p.mu.Unlock()
+		s.p.wg.Done()
+	}()
+	for {
+		m, err := readMessage(s.client)
+		if err != nil {
+			return
+		}
+		if err := s.handle(m); err != nil {
+			return
+		}
+	}
+}
+
+// upstream returns the session's upstream connection, dialing it on first
+// use.
+func (s *session) upstream() (net.Conn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, net.ErrClosed
+	}
+	if s.backend != nil {
+		return s.backend, nil
+	}
+	ctx, cancel := context.WithTimeout(s.p.ctx, s.p.cfg.dialTimeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", s.p.cfg.upstream)
+	if err != nil {
+		return nil, fmt.Errorf("faultproxy: dial upstream: %w", err)
+	}
+	s.backend = c
+	return c, nil
+}
+
+func (s *session) null() bool { return s.p.cfg.upstream == "" }
+
+func (s *session) writeClient(b []byte) error {
+	_, err := s.client.Write(b)
+	return err
+}
+
+// roundTrip sends raw to the upstream server and reads its reply (none
+// when expectReply is false).
+func (s *session) roundTrip(raw []byte, expectReply bool) (*message, error) {
+	up, err := s.upstream()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := up.Write(raw); err != nil {
+		return nil, err
+	}
+	if !expectReply {
+		return nil, nil
+	}
+	return readMessage(up)
+}
+
+// relayStream relays upstream replies to the client while they carry
+// moreToCome (exhaust cursors, streaming hello).
+func (s *session) relayStream(reply *message) error {
+	for {
+		if err := s.writeClient(reply.raw); err != nil {
+			return err
+		}
+		if !moreToCome(reply) {
+			return nil
+		}
+		up, err := s.upstream()
+		if err != nil {
+			return err
+		}
+		if reply, err = readMessage(up); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *session) handle(m *message) error {
+	switch m.opcode {
+	case wiremessage.OpMsg:
+		return s.handleMsg(m)
+	case opQueryCode:
+		return s.handleQuery(m)
+	}
+	if s.null() {
+		return fmt.Errorf("faultproxy: null backend cannot answer opcode %v", m.opcode)
+	}
+	reply, err := s.roundTrip(m.raw, true)
+	if err != nil {
+		return err
+	}
+	return s.relayStream(reply)
+}
+
+// handleQuery handles a legacy OP_QUERY: the driver's first handshake
+// message is an OP_QUERY isMaster on admin.$cmd.
+func (s *session) handleQuery(m *message) error {
+	q, err := parseOpQuery(m.raw)
+	if err != nil {
+		return err
+	}
+	query := bson.Raw(q.query)
+	if inner, err := query.LookupErr("$query"); err == nil {
+		if d, ok := inner.DocumentOK(); ok {
+			query = d
+		}
+	}
+	cmd := &Command{Body: query, Legacy: true, RequestID: m.requestID}
+	cmd.fillNames()
+	if db, _, ok := cutLast(q.collection, "."); ok {
+		cmd.Database = db
+	}
+	cmd.fillNamespace()
+	s.p.counters.command(cmd, 0)
+	if !s.null() {
+		reply, err := s.roundTrip(m.raw, true)
+		if err != nil {
+			return err
+		}
+		return s.writeClient(reply.raw)
+	}
+	body, err := bson.Marshal(s.p.nullReply(cmd, s.connID))
+	if err != nil {
+		return err
+	}
+	return s.writeClient(encodeOpReply(body, m.requestID))
+}
+
+func cutLast(s, sep string) (before, after string, found bool) {
+	for i := len(s) - len(sep); i >= 0; i-- {
+		if s[i:i+len(sep)] == sep {
+			return s[:i], s[i+len(sep):], true
+		}
+	}
+	return s, "", false
+}
+
+// forward sends cmd (re-encoded) to the upstream server or the null
+// backend and returns the reply document.
+func (s *session) forward(cmd *Command) (bson.Raw, error) {
+	s.p.counters.forward(cmd.Name, len(cmd.Statements()))
+	if s.null() {
+		return bson.Marshal(s.p.nullReply(cmd, s.connID))
+	}
+	reply, err := s.roundTrip(cmd.encode(0), true)
+	if err != nil {
+		return nil, err
+	}
+	return replyBody(reply)
+}
+
+func (s *session) handleMsg(m *message) error {
+	om, err := parseOpMsg(m.raw)
+	if err != nil {
+		if s.null() {
+			return err
+		}
+		reply, err := s.roundTrip(m.raw, !moreToCome(m))
+		if err != nil || reply == nil {
+			return err
+		}
+		return s.relayStream(reply)
+	}
+	cmd := newCommand(om, m.requestID)
+	stmts := cmd.Statements()
+	s.p.counters.command(cmd, statementCount(cmd, stmts))
+	noReply := om.flags&wiremessage.MoreToCome != 0
+	script := s.p.script.Load()
+	fault, fired := script.fire(cmd)
+	if fired && fault.kind != FaultDocument {
+		s.p.counters.fault(fault.kind, 1)
+	}
+
+	switch {
+	case fired && fault.kind == FaultErrorReply:
+		if noReply {
+			return nil
+		}
+		return s.sendBody(m.requestID, errorReplyDoc(fault.cmdErr))
+	case fired && fault.kind == FaultCloseBeforeForward:
+		return errCloseClient
+	case fired && fault.kind == FaultCustom:
+		reply, err := fault.handler(cmd, s.forward)
+		if err != nil {
+			return err
+		}
+		if noReply || reply == nil {
+			return nil
+		}
+		return s.writeClient(encodeReplyMsg(reply, m.requestID))
+	}
+
+	var docFault *Fault
+	if fired && fault.kind == FaultDocument {
+		docFault = &fault
+	}
+	validator := script.validator(cmd.Namespace)
+	if cmd.Name != "insert" {
+		validator = nil
+	}
+	perDoc := len(stmts) > 0 && (validator != nil || docFault != nil)
+	modify := perDoc || (fired && fault.kind == FaultWriteConcernError)
+
+	if !modify && !s.null() {
+		// Plain forwarding: relay the server's bytes unchanged.
+		s.p.counters.forward(cmd.Name, len(stmts))
+		reply, err := s.roundTrip(m.raw, !noReply)
+		if err != nil || reply == nil {
+			return err
+		}
+		if fired {
+			if err := s.postForward(fault); err != nil {
+				return err
+			}
+		}
+		return s.relayStream(reply)
+	}
+
+	var body bson.Raw
+	if perDoc {
+		body, err = s.execStatements(cmd, stmts, validator, docFault)
+	} else {
+		body, err = s.forward(cmd)
+	}
+	if err != nil {
+		return err
+	}
+	if noReply {
+		return nil
+	}
+	if fired {
+		if err := s.postForward(fault); err != nil {
+			return err
+		}
+		if fault.kind == FaultWriteConcernError {
+			body, err = addWriteConcernError(body, fault.wce)
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return s.writeClient(encodeReplyMsg(body, m.requestID))
+}
+
+// postForward applies the part of a fault that acts after the command was
+// forwarded and before the reply is relayed.
+func (s *session) postForward(f Fault) error {
+	switch f.kind {
+	case FaultCloseAfterForward:
+		return errCloseClient
+	case FaultDelay:
+		t := time.NewTimer(f.delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-s.p.done:
+			return errCloseClient
+		}
+	}
+	return nil
+}
+
+func (s *session) sendBody(responseTo int32, d bson.D) error {
+	b, err := bson.Marshal(d)
+	if err != nil {
+		return err
+	}
+	return s.writeClient(encodeReplyMsg(b, responseTo))
+}
+
+func statementCount(cmd *Command, stmts []bson.Raw) int {
+	if cmd.Name == "bulkWrite" {
+		for _, sq := range cmd.Sequences {
+			if sq.Identifier == "ops" {
+				return len(sq.Documents)
+			}
+		}
+	}
+	return len(stmts)
+}
+
+func errorReplyDoc(e CommandError) bson.D {
+	msg := e.Message
+	if msg == "" {
+		msg = fmt.Sprintf("faultproxy: injected error %d", e.Code)
+	}
+	d := bson.D{
+		{Key: "ok", Value: 0.0},
+		{Key: "errmsg", Value: msg},
+		{Key: "code", Value: e.Code},
+	}
+	if e.CodeName != "" {
+		d = append(d, bson.E{Key: "codeName", Value: e.CodeName})
+	}
+	if len(e.Labels) > 0 {
+		d = append(d, bson.E{Key: "errorLabels", Value: e.Labels})
+	}
+	return append(d, e.Extra...)
+}
