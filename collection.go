@@ -59,6 +59,7 @@ type Guarded struct {
 	cfg        *config
 	classifier policy.Classifier
 	hooks      hooks.Hooks
+	observed   bool // hooks were given: build per-document events
 	database   string
 	collection string
 
@@ -98,6 +99,7 @@ func New(t Target, opts ...Option) (*Guarded, error) {
 		cfg:        cfg,
 		classifier: cfg.classifier(),
 		hooks:      hooks.Compose(cfg.hooks...),
+		observed:   len(cfg.hooks) > 0,
 		collection: t.Name(),
 		loggedAt:   map[int32]time.Time{},
 	}

@@ -83,20 +83,33 @@ func (g *Guarded) newCall(ctx context.Context, name string, ordered bool) *call 
 	}
 }
 
+// newItems allocates n items in one slab.
+func (c *call) newItems(n int) {
+	slab := make([]item, n)
+	c.items = make([]*item, n)
+	for i := range slab {
+		slab[i].index = i
+		c.items[i] = &slab[i]
+	}
+}
+
 // prepareDoc marshals one document once and makes sure it has an _id.
-func (c *call) prepareDoc(i int, doc any) *item {
-	it := &item{index: i, kind: kindInsert}
+func (c *call) prepareDoc(it *item, doc any) {
+	it.kind = kindInsert
 	raw, id, assigned, err := prepare(doc)
 	if err != nil {
 		c.prefail(it, err)
-		return it
+		return
 	}
 	it.doc, it.id, it.idAssigned = raw, id, assigned
-	if len(raw) > MaxDocumentSize {
-		c.prefail(it, fmt.Errorf("document is %d bytes, over the %d-byte maximum (BSONObjectTooLarge)", len(raw), MaxDocumentSize))
+	c.checkSize(it)
+}
+
+func (c *call) checkSize(it *item) {
+	if len(it.doc) > MaxDocumentSize {
+		c.prefail(it, fmt.Errorf("document is %d bytes, over the %d-byte maximum (BSONObjectTooLarge)", len(it.doc), MaxDocumentSize))
 		it.fail.Code, it.fail.CodeName = 10334, "BSONObjectTooLarge"
 	}
-	return it
 }
 
 func (c *call) prefail(it *item, err error) {
@@ -143,21 +156,14 @@ func prepare(doc any) (raw bson.Raw, id bson.RawValue, assigned bool, err error)
 
 // prepareModel copies an insert model with a prepared document and keeps
 // other models as they are.
-func (c *call) prepareModel(i int, m mongo.WriteModel) (*item, error) {
-	it := &item{index: i, model: m, send: m}
+func (c *call) prepareModel(it *item, m mongo.WriteModel) error {
+	i := it.index
+	it.model, it.send = m, m
 	switch mm := m.(type) {
 	case *mongo.InsertOneModel:
-		it.kind = kindInsert
-		raw, id, assigned, err := prepare(mm.Document)
-		if err != nil {
-			c.prefail(it, err)
-			return it, nil
-		}
-		it.doc, it.id, it.idAssigned = raw, id, assigned
-		it.send = &mongo.InsertOneModel{Document: raw}
-		if len(raw) > MaxDocumentSize {
-			c.prefail(it, fmt.Errorf("document is %d bytes, over the %d-byte maximum (BSONObjectTooLarge)", len(raw), MaxDocumentSize))
-			it.fail.Code, it.fail.CodeName = 10334, "BSONObjectTooLarge"
+		c.prepareDoc(it, mm.Document)
+		if !it.prefail || it.doc != nil {
+			it.send = &mongo.InsertOneModel{Document: it.doc}
 		}
 	case *mongo.UpdateOneModel:
 		it.kind, it.upsert = kindUpdate, mm.Upsert != nil && *mm.Upsert
@@ -168,11 +174,11 @@ func (c *call) prepareModel(i int, m mongo.WriteModel) (*item, error) {
 	case *mongo.DeleteOneModel, *mongo.DeleteManyModel:
 		it.kind = kindDelete
 	case nil:
-		return nil, fmt.Errorf("invalid model at index %d: %w", i, mongo.ErrNilDocument)
+		return fmt.Errorf("invalid model at index %d: %w", i, mongo.ErrNilDocument)
 	default:
-		return nil, fmt.Errorf("invalid model at index %d: unsupported write model %T", i, m)
+		return fmt.Errorf("invalid model at index %d: unsupported write model %T", i, m)
 	}
-	return it, nil
+	return nil
 }
 
 // run drives the call to a terminal disposition for every item. It returns
@@ -213,8 +219,8 @@ func (c *call) run(ctx context.Context) (any, error) {
 				c.settle(it, Written)
 			}
 		case errors.Is(err, errUnacked):
-			g.hooks.AttemptFinished(actx, end)
 			end.Err = nil
+			g.hooks.AttemptFinished(actx, end)
 			for _, it := range batch {
 				c.settle(it, Unacknowledged)
 			}
@@ -252,6 +258,9 @@ func (c *call) settle(it *item, d Disposition) {
 		return
 	}
 	it.disp, it.retry = d, false
+	if !c.g.observed {
+		return
+	}
 	ev := &hooks.Disposition{Op: c.op, Index: it.index, Disposition: d, Attempts: it.attempts, FailingKeywords: it.keywords}
 	if it.fail != nil && d != Written {
 		ev.Class, ev.Code, ev.CodeName = it.class, it.fail.Code, it.fail.CodeName

@@ -35,7 +35,8 @@ func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.L
 		return res, err
 	}
 	c := g.newCall(ctx, "insertOne", true)
-	c.items = []*item{c.prepareDoc(0, document)}
+	c.newItems(1)
+	c.prepareDoc(c.items[0], document)
 	c.send = func(ctx context.Context, batch []*item) (any, error) {
 		res, err := g.target.InsertOne(ctx, batch[0].doc, opts...)
 		if res != nil && !res.Acknowledged {
@@ -86,9 +87,9 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 		return nil, err
 	}
 	c := g.newCall(ctx, "insertMany", ordered)
-	c.items = make([]*item, dv.Len())
-	for i := range c.items {
-		c.items[i] = c.prepareDoc(i, dv.Index(i).Interface())
+	c.newItems(dv.Len())
+	for i, it := range c.items {
+		c.prepareDoc(it, dv.Index(i).Interface())
 	}
 	c.send = func(ctx context.Context, batch []*item) (any, error) {
 		docs := make([]any, len(batch))
@@ -147,13 +148,11 @@ func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts
 	}
 	c := g.newCall(ctx, "bulkWrite", ordered)
 	c.idempotent = idempotent(ctx)
-	c.items = make([]*item, len(models))
+	c.newItems(len(models))
 	for i, m := range models {
-		it, err := c.prepareModel(i, m)
-		if err != nil {
+		if err := c.prepareModel(c.items[i], m); err != nil {
 			return nil, err
 		}
-		c.items[i] = it
 	}
 	total := &mongo.BulkWriteResult{Acknowledged: true}
 	c.send = func(ctx context.Context, batch []*item) (any, error) {
