@@ -28,7 +28,7 @@ type Conflict struct {
 	// value ({email: 1} and {email: "a@x"}). Servers before 4.2 do not send
 	// them: then both are nil and only Failure.Message names the index.
 	KeyPattern bson.Raw
-	KeyValue   bson.Raw
+	KeyValue   bson.Raw // the duplicated value, e.g. {email: "a@x"}
 	// Failure is the duplicate-key failure itself.
 	Failure policy.Failure
 	// Target is the collection written to, for handlers that write (see

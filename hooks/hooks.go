@@ -30,7 +30,8 @@ type Operation struct {
 	Name string
 	// Database and Collection name the target ("" when unknown, e.g. a
 	// fake target without a database).
-	Database   string
+	Database string
+	// Collection is the collection's name.
 	Collection string
 	// BatchSize is the number of input documents or write models.
 	BatchSize int
@@ -43,6 +44,7 @@ type Operation struct {
 
 // AttemptStart is sent before each attempt (one driver call).
 type AttemptStart struct {
+	// Op is the call the attempt belongs to.
 	Op *Operation
 	// Attempt counts the call's attempts, from 1.
 	Attempt int
@@ -56,7 +58,9 @@ type AttemptStart struct {
 
 // AttemptEnd is sent after each attempt.
 type AttemptEnd struct {
-	Op      *Operation
+	// Op is the call the attempt belongs to.
+	Op *Operation
+	// Attempt counts the call's attempts, from 1.
 	Attempt int
 	// Documents is the number of documents or models sent.
 	Documents int
@@ -66,13 +70,16 @@ type AttemptEnd struct {
 	Err error
 	// Code and Class describe the attempt's first failure (0 and Unknown on
 	// success); Failures counts the failures Extract found.
-	Code     int32
-	Class    policy.Class
+	Code int32
+	// Class is the class of that failure.
+	Class policy.Class
+	// Failures is the number of failures the attempt returned.
 	Failures int
 }
 
 // Retry is sent when a retry is scheduled, before the wait.
 type Retry struct {
+	// Op is the call being retried.
 	Op *Operation
 	// Attempt is the number the retry will have.
 	Attempt int
@@ -81,12 +88,15 @@ type Retry struct {
 	// Documents is the number of documents or models to re-send.
 	Documents int
 	// Code and Class are those of the failure that caused the retry.
-	Code  int32
+	Code int32
+	// Class is the class of that failure (transient, throttled or conflict
+	// for an upsert run again).
 	Class policy.Class
 }
 
 // BudgetExhausted is sent when the retry budget refuses a retry.
 type BudgetExhausted struct {
+	// Op is the call whose retry was refused.
 	Op *Operation
 	// Documents is the number of documents that end "exhausted" because of
 	// it.
@@ -97,6 +107,7 @@ type BudgetExhausted struct {
 
 // DeadLetterStart is sent before each dead-letter hand-off to a sink.
 type DeadLetterStart struct {
+	// Op is the call whose documents are dead-lettered.
 	Op *Operation
 	// Envelopes is the number of envelopes in the batch.
 	Envelopes int
@@ -108,11 +119,14 @@ type DeadLetterStart struct {
 
 // DeadLetterEnd is sent after each dead-letter hand-off.
 type DeadLetterEnd struct {
+	// Op, Envelopes, Attempt and Fallback are those of the matching
+	// DeadLetterStart.
 	Op        *Operation
-	Envelopes int
-	Attempt   int
-	Fallback  bool
-	Duration  time.Duration
+	Envelopes int  // envelopes in the batch
+	Attempt   int  // sink attempt, from 1
+	Fallback  bool // true for the fallback sink
+	// Duration is the time the sink's Put took.
+	Duration time.Duration
 	// Err is the sink's error (nil when stored).
 	Err error
 }
@@ -120,6 +134,7 @@ type DeadLetterEnd struct {
 // Disposition is sent once per input document or model, when its
 // disposition is final.
 type Disposition struct {
+	// Op is the call the document belongs to.
 	Op *Operation
 	// Index is the position in the caller's input.
 	Index int
@@ -128,8 +143,8 @@ type Disposition struct {
 	// Class, Code and CodeName describe the last failure (Unknown, 0, ""
 	// when the document was written without one).
 	Class    policy.Class
-	Code     int32
-	CodeName string
+	Code     int32  // server error code of the last failure
+	CodeName string // its codeName, when the server sent one
 	// Attempts is the number of times it was sent.
 	Attempts int
 	// FailingKeywords are the dead-letter envelope's failing keywords for a
@@ -139,11 +154,12 @@ type Disposition struct {
 
 // OperationEnd is sent when the call returns.
 type OperationEnd struct {
+	// Op is the call that ended.
 	Op *Operation
 	// Attempts is the number of driver calls made; Retries the number of
 	// those that were retries after a backoff.
 	Attempts int
-	Retries  int
+	Retries  int // attempts that followed a backoff wait
 	// Counts holds the number of inputs per disposition.
 	Counts map[policy.Disposition]int
 	// Duration is the call's wall time.
@@ -154,20 +170,35 @@ type OperationEnd struct {
 	// Code and Class are those of the failure that made the call fail as a
 	// whole, when one did (0 and Unknown otherwise).
 	Code  int32
-	Class policy.Class
+	Class policy.Class // class of that failure
 }
 
 // Hooks is a set of optional callbacks. A nil func is skipped.
 type Hooks struct {
-	OperationStarted   func(ctx context.Context, op *Operation) context.Context
-	AttemptStarted     func(ctx context.Context, ev *AttemptStart) context.Context
-	AttemptFinished    func(ctx context.Context, ev *AttemptEnd)
-	RetryScheduled     func(ctx context.Context, ev *Retry)
-	BudgetExhausted    func(ctx context.Context, ev *BudgetExhausted)
-	DeadLetterStarted  func(ctx context.Context, ev *DeadLetterStart) context.Context
+	// OperationStarted runs when a guarded call starts; the context it
+	// returns is the call's context for every later callback.
+	OperationStarted func(ctx context.Context, op *Operation) context.Context
+	// AttemptStarted runs before each driver call; the context it returns
+	// is passed to the driver (so command spans nest under the attempt).
+	AttemptStarted func(ctx context.Context, ev *AttemptStart) context.Context
+	// AttemptFinished runs after each driver call, with AttemptStarted's
+	// context.
+	AttemptFinished func(ctx context.Context, ev *AttemptEnd)
+	// RetryScheduled runs before each backoff wait.
+	RetryScheduled func(ctx context.Context, ev *Retry)
+	// BudgetExhausted runs when the retry budget refuses a retry.
+	BudgetExhausted func(ctx context.Context, ev *BudgetExhausted)
+	// DeadLetterStarted runs before each sink Put; the context it returns
+	// is passed to the sink.
+	DeadLetterStarted func(ctx context.Context, ev *DeadLetterStart) context.Context
+	// DeadLetterFinished runs after each sink Put.
 	DeadLetterFinished func(ctx context.Context, ev *DeadLetterEnd)
-	Disposition        func(ctx context.Context, ev *Disposition)
-	OperationFinished  func(ctx context.Context, ev *OperationEnd)
+	// Disposition runs once per input document or model, when its
+	// disposition is final.
+	Disposition func(ctx context.Context, ev *Disposition)
+	// OperationFinished runs when the call returns, always, even after
+	// the context was cancelled.
+	OperationFinished func(ctx context.Context, ev *OperationEnd)
 }
 
 // Compose returns Hooks that call each of hs in order. Context-returning

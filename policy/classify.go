@@ -130,10 +130,16 @@ var (
 // A Table must not be changed while it is in use; Classify is safe for
 // concurrent use and does not allocate.
 type Table struct {
-	Transient     CodeSet
-	Throttled     CodeSet
-	Invalid       CodeSet
-	Conflict      CodeSet
+	// Transient codes are retried with backoff (DefaultTransientCodes).
+	Transient CodeSet
+	// Throttled codes wait for the server's delay (DefaultThrottledCodes).
+	Throttled CodeSet
+	// Invalid codes are dead-lettered (DefaultInvalidCodes).
+	Invalid CodeSet
+	// Conflict codes go to the conflict handler (DefaultConflictCodes).
+	Conflict CodeSet
+	// Configuration codes fail the call at once
+	// (DefaultConfigurationCodes).
 	Configuration CodeSet
 }
 

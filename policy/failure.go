@@ -110,7 +110,7 @@ type Failure struct {
 	// KeyPattern and KeyValue are the duplicate-key details of an 11000
 	// error (servers 4.2+); nil when the server did not send them.
 	KeyPattern bson.Raw
-	KeyValue   bson.Raw
+	KeyValue   bson.Raw // the duplicated value, e.g. {email: "a@x"}
 	// Ambiguous is true when the write may have been applied although it
 	// failed: a network error after the request may have been sent, a
 	// timeout, or a write concern error (applied on the primary). The
