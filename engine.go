@@ -263,6 +263,7 @@ func (c *call) settle(it *item, d Disposition) {
 	}
 	ev := &hooks.Disposition{Op: c.op, Index: it.index, Disposition: d, Attempts: it.attempts, FailingKeywords: it.keywords}
 	if it.fail != nil && d != Written {
+		ev.Failed = true
 		ev.Class, ev.Code, ev.CodeName = it.class, it.fail.Code, it.fail.CodeName
 	}
 	c.g.hooks.Disposition(c.ctx, ev)
@@ -611,7 +612,7 @@ func (c *call) finish(ctx context.Context) error {
 			}
 			r.Outcomes[i] = o
 			if !it.disp.Handled() && end.Code == 0 && it.fail != nil {
-				end.Code, end.Class = it.fail.Code, it.class
+				end.Code, end.CodeName, end.Class = it.fail.Code, it.fail.CodeName, it.class
 			}
 		}
 		err = r

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -30,8 +31,11 @@ const MaxDocumentSize = 16 * 1024 * 1024
 // unchanged.
 func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.Lister[options.InsertOneOptions]) (*mongo.InsertOneResult, error) {
 	if inTransaction(ctx) {
-		res, err := g.target.InsertOne(ctx, document, opts...)
-		g.observeTransaction(ctx, "insertOne", 1, err)
+		var res *mongo.InsertOneResult
+		err := g.inTransaction(ctx, "insertOne", 1, func(ctx context.Context) (err error) {
+			res, err = g.target.InsertOne(ctx, document, opts...)
+			return err
+		})
 		return res, err
 	}
 	c := g.newCall(ctx, "insertOne", true)
@@ -71,8 +75,11 @@ func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.L
 // invalid-argument error (mongo.ErrNotSlice, mongo.ErrEmptySlice).
 func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options.Lister[options.InsertManyOptions]) (*mongo.InsertManyResult, error) {
 	if inTransaction(ctx) {
-		res, err := g.target.InsertMany(ctx, documents, opts...)
-		g.observeTransaction(ctx, "insertMany", sliceLen(documents), err)
+		var res *mongo.InsertManyResult
+		err := g.inTransaction(ctx, "insertMany", sliceLen(documents), func(ctx context.Context) (err error) {
+			res, err = g.target.InsertMany(ctx, documents, opts...)
+			return err
+		})
 		return res, err
 	}
 	dv := reflect.ValueOf(documents)
@@ -135,8 +142,11 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 // error unchanged.
 func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts ...options.Lister[options.BulkWriteOptions]) (*mongo.BulkWriteResult, error) {
 	if inTransaction(ctx) {
-		res, err := g.target.BulkWrite(ctx, models, opts...)
-		g.observeTransaction(ctx, "bulkWrite", len(models), err)
+		var res *mongo.BulkWriteResult
+		err := g.inTransaction(ctx, "bulkWrite", len(models), func(ctx context.Context) (err error) {
+			res, err = g.target.BulkWrite(ctx, models, opts...)
+			return err
+		})
 		return res, err
 	}
 	if len(models) == 0 {
@@ -209,19 +219,26 @@ func inTransaction(ctx context.Context) bool {
 	return s != nil && s.TransactionRunning()
 }
 
-// observeTransaction reports a call made inside a transaction: one attempt,
-// no routing; the driver's error goes back to the caller unchanged so that
-// the transaction (the unit of retry) can be retried as a whole.
-func (g *Guarded) observeTransaction(ctx context.Context, opName string, n int, err error) {
+// inTransaction runs one attempt inside the caller's transaction: no
+// routing, no retry, no dead-lettering; the driver's error goes back to
+// the caller unchanged so that the transaction (the unit of retry) can be
+// retried as a whole. Hooks see the operation and its single attempt.
+func (g *Guarded) inTransaction(ctx context.Context, opName string, n int, send func(context.Context) error) error {
 	op := &hooks.Operation{Name: opName, Database: g.database, Collection: g.collection, BatchSize: n, Ordered: true, InTransaction: true}
+	t0 := g.cfg.clock.Now()
 	ctx = g.hooks.OperationStarted(ctx, op)
+	actx := g.hooks.AttemptStarted(ctx, &hooks.AttemptStart{Op: op, Attempt: 1, Documents: n})
+	a0 := time.Now()
+	err := send(actx)
+	end := &hooks.AttemptEnd{Op: op, Attempt: 1, Documents: n, Duration: time.Since(a0), Err: err}
 	fails := policy.Extract(err)
-	code, class := int32(0), policy.Unknown
 	if len(fails) > 0 {
-		code, class = fails[0].Code, g.classifier.Classify(fails[0])
+		end.Code, end.Class, end.Failures = fails[0].Code, g.classifier.Classify(fails[0]), len(fails)
 	}
-	g.hooks.AttemptFinished(ctx, &hooks.AttemptEnd{Op: op, Attempt: 1, Documents: n, Err: err, Code: code, Class: class, Failures: len(fails)})
-	g.hooks.OperationFinished(ctx, &hooks.OperationEnd{Op: op, Attempts: 1, Err: err, Code: code, Class: class})
+	g.hooks.AttemptFinished(actx, end)
+	g.hooks.OperationFinished(ctx, &hooks.OperationEnd{Op: op, Attempts: 1, Err: err, Code: end.Code, Class: end.Class,
+		Duration: g.cfg.clock.Now().Sub(t0)})
+	return err
 }
 
 func sliceLen(v any) int {

@@ -140,6 +140,10 @@ type Disposition struct {
 	Index int
 	// Disposition is the terminal outcome.
 	Disposition policy.Disposition
+	// Failed is true when the document had a failure (Class, Code and
+	// CodeName then describe the last one; an unclassified failure without
+	// a code has Class Unknown and Code 0).
+	Failed bool
 	// Class, Code and CodeName describe the last failure (Unknown, 0, ""
 	// when the document was written without one).
 	Class    policy.Class
@@ -169,8 +173,9 @@ type OperationEnd struct {
 	Err error
 	// Code and Class are those of the failure that made the call fail as a
 	// whole, when one did (0 and Unknown otherwise).
-	Code  int32
-	Class policy.Class // class of that failure
+	Code     int32
+	CodeName string       // codeName of that failure, when the server sent one
+	Class    policy.Class // class of that failure
 }
 
 // Hooks is a set of optional callbacks. A nil func is skipped.

@@ -1,0 +1,124 @@
+// Package otelhook turns writeguard's lifecycle hooks into OpenTelemetry
+// spans and metrics. New returns a hooks.Hooks; pass it to
+// writeguard.WithHooks and every guarded InsertOne, InsertMany and
+// BulkWrite is traced as one client span with a child span per attempt
+// and per dead-letter hand-off, and measured by the metrics below. The
+// attempt span is in the context writeguard hands to the driver, so the
+// driver's own command spans (otelmongo, or any CommandMonitor that reads
+// the context) nest under the attempt that sent them.
+//
+//	h, err := otelhook.New(otelhook.WithTracerProvider(tp), otelhook.WithMeterProvider(mp))
+//	if err != nil { ... }
+//	orders, err := writeguard.Wrap(db.Collection("orders"), writeguard.WithHooks(h))
+//
+// The tracer and meter providers default to the global ones
+// (otel.GetTracerProvider, otel.GetMeterProvider), read when New is
+// called; nothing else global is used.
+//
+// # Spans
+//
+// Operation span, one per guarded call, from OperationStarted to
+// OperationFinished: named "<db.operation.name> <db.collection.name>"
+// ("insertMany orders"), kind client, with the stable database semantic
+// conventions (schema 1.43.0):
+//
+//   - db.system.name = "mongodb", db.namespace (the database name, when
+//     known), db.collection.name, db.operation.name (insertOne,
+//     insertMany, bulkWrite);
+//   - db.operation.batch.size, only when the call has 2 or more inputs;
+//   - server.address and server.port, only with WithServerAddress;
+//   - writeguard.attempts (driver calls made), writeguard.retries (those
+//     made after a backoff), writeguard.dead_lettered (inputs stored in a
+//     dead-letter sink) and writeguard.conflicts (inputs that ended
+//     "conflict" or a "conflict_<verb>" resolution) — the last two not
+//     for a call inside a transaction, which routes nothing;
+//   - for a single-input call, writeguard.disposition (the input's
+//     terminal disposition, e.g. "written"); for a batch, one int
+//     attribute per disposition present, writeguard.dispositions.<name>
+//     (writeguard.dispositions.written = 998,
+//     writeguard.dispositions.dead_lettered = 2);
+//   - writeguard.in_transaction = true for a call inside a transaction.
+//
+// Only a call that failed as a whole — its error is not nil and
+// writeguard.Handled(err) is false — gets status Error, error.type and,
+// when the failure has a code, db.response.status_code (the code as a
+// string, "11000"). error.type is that code, or the failure's class
+// ("transient") when it has no code, or "_OTHER". Handled dispositions
+// (dead_lettered, already_written, conflict_skipped, ...) are not errors.
+// The status description names the unhandled dispositions ("unhandled: 1
+// conflict"), never the error text.
+//
+// One event per scheduled retry on the operation span, writeguard.retry,
+// with writeguard.attempt (the number the retry will have),
+// writeguard.backoff_ms (the wait before it, in milliseconds),
+// writeguard.documents (inputs re-sent), writeguard.class and
+// db.response.status_code of the failure that caused it. A retry the
+// retry budget refused adds a writeguard.budget_exhausted event
+// (writeguard.documents, db.response.status_code).
+//
+// Attempt span, a child of the operation span per driver call, from
+// AttemptStarted to AttemptFinished: named "<operation span name>
+// attempt" ("insertMany orders attempt"; the attempt number is an
+// attribute, to keep span names low-cardinality), kind internal, with
+// writeguard.attempt (from 1), writeguard.documents (documents or models
+// sent) and writeguard.backoff_ms (the backoff waited before it, in
+// milliseconds; 0 for the first). A failed attempt adds
+// db.response.status_code (when the first failure has a code),
+// writeguard.class, writeguard.failures (the number of failures in the
+// reply) and error.type, and has status Error — even when writeguard then
+// handles every document; the operation span says whether the call
+// failed. A call inside a transaction has no attempt span: writeguard
+// makes its one driver call before it reports anything.
+//
+// Dead-letter span, a child of the operation span per sink.Put, from
+// DeadLetterStarted to DeadLetterFinished: named "<operation span name>
+// dead_letter", kind internal, with writeguard.envelopes, writeguard.attempt
+// (the sink attempt, from 1) and writeguard.fallback (true for the
+// fallback sink). A failed Put has status Error, error.type (the sink
+// error's code, or "_OTHER") and db.response.status_code when it has a
+// code.
+//
+// Every span ends when OperationFinished runs, which writeguard
+// guarantees, also when the call's context was cancelled.
+//
+// # Metrics
+//
+// Every metric carries db.system.name, db.namespace (when known),
+// db.collection.name and db.operation.name:
+//
+//   - db.client.operation.duration (histogram, seconds; buckets 0.001,
+//     0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10): the guarded call's duration
+//     as writeguard's clock measured it, retries and backoff waits
+//     included, plus server.address/server.port when configured and, for
+//     a call that failed as a whole, error.type and
+//     db.response.status_code. Not recorded for a call inside a
+//     transaction, whose duration writeguard does not report.
+//   - writeguard.dispositions (counter, {document}): inputs by terminal
+//     disposition, with writeguard.disposition and, for an input that
+//     failed, writeguard.class and db.response.status_code. Recorded when
+//     the call ends. Calls inside a transaction have no dispositions.
+//   - writeguard.attempts (histogram, {attempt}; buckets 1, 2, 3, 4, 5, 7,
+//     10, 20, 50): driver calls per guarded call.
+//   - writeguard.unclassified (counter, {failure}): failures no classifier
+//     rule matched, with db.response.status_code — one per input, or per
+//     call inside a transaction. Such failures are never retried; this
+//     counter, and a Warn log record at most once a minute per code (see
+//     WithLogger), make them visible so a rule can be added.
+//   - writeguard.budget.exhausted (counter, {refusal}): retries the retry
+//     budget refused, with db.response.status_code of the failure that
+//     asked; plus a Warn log record at most once a minute.
+//
+// Attribute values come from bounded sets: names, codes, classes,
+// dispositions. No document _id or other per-document value is recorded.
+//
+// # Privacy
+//
+// No span name, attribute, event, status description, metric attribute or
+// log record carries a document value, an errInfo value or a duplicate
+// key's keyValue: only codes, code names (in log records), classes,
+// dispositions, counts and the names of the database, the collection and
+// the operation. The hook events carry nothing more, and error texts —
+// which may quote values ("dup key: { ssn: ... }") — are never recorded.
+// There is therefore no option to capture document values: the hooks
+// never see them.
+package otelhook
