@@ -77,7 +77,7 @@ func TestDeadLetterSinkFailure(t *testing.T) {
 	t.Run("deterministic sink failure", func(t *testing.T) {
 		fake := mocks.NewFake("db.c13").Validator(rejectAll)
 		fx := newFixture(t, fake)
-		fx.sink.fail = func(int) error { return dlqErr }
+		fx.sink.Before = func(_ context.Context, _ int, _ []envelope.Envelope) error { return dlqErr }
 		_, err := fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 9}})
 		var r *writeguard.Report
 		if !errors.As(err, &r) {
@@ -87,8 +87,8 @@ func TestDeadLetterSinkFailure(t *testing.T) {
 		if o.Disposition != writeguard.DeadLetterFailed || o.Document == nil || o.Failure.Code != 121 || o.Err == nil {
 			t.Fatalf("outcome %+v, want dead_letter_failed with the document, the 121 and the sink error", o)
 		}
-		if fx.sink.puts != 1 {
-			t.Errorf("sink called %d times, want 1 (its 121 is not retried)", fx.sink.puts)
+		if fx.sink.Puts() != 1 {
+			t.Errorf("sink called %d times, want 1 (its 121 is not retried)", fx.sink.Puts())
 		}
 		if !errors.Is(err, writeguard.ErrDeadLetterFailed) || writeguard.Handled(err) {
 			t.Error("sentinels wrong")
@@ -97,25 +97,25 @@ func TestDeadLetterSinkFailure(t *testing.T) {
 	t.Run("transient sink failure is retried", func(t *testing.T) {
 		fake := mocks.NewFake("db.c13b").Validator(rejectAll)
 		fx := newFixture(t, fake)
-		fx.sink.fail = func(n int) error {
+		fx.sink.Before = func(_ context.Context, n int, _ []envelope.Envelope) error {
 			if n == 1 {
 				return mocks.NetworkError(mocks.OpBulkWrite)
 			}
 			return nil
 		}
 		_, err := fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 9}})
-		if !errors.Is(err, writeguard.ErrDeadLettered) || !writeguard.Handled(err) || len(fx.sink.all()) != 1 {
-			t.Fatalf("err = %v, %d envelopes; want one dead_lettered", err, len(fx.sink.all()))
+		if !errors.Is(err, writeguard.ErrDeadLettered) || !writeguard.Handled(err) || len(fx.sink.Envelopes()) != 1 {
+			t.Fatalf("err = %v, %d envelopes; want one dead_lettered", err, len(fx.sink.Envelopes()))
 		}
 	})
 	t.Run("fallback sink", func(t *testing.T) {
 		fake := mocks.NewFake("db.c13c").Validator(rejectAll)
-		fallback := &memSink{}
+		fallback := &mocks.Sink{}
 		fx := newFixture(t, fake, writeguard.WithFallbackDeadLetter(fallback))
-		fx.sink.fail = func(int) error { return dlqErr }
+		fx.sink.Before = func(_ context.Context, _ int, _ []envelope.Envelope) error { return dlqErr }
 		_, err := fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 9}})
-		if !errors.Is(err, writeguard.ErrDeadLettered) || len(fallback.all()) != 1 {
-			t.Fatalf("err = %v, fallback has %d; want dead_lettered into the fallback", err, len(fallback.all()))
+		if !errors.Is(err, writeguard.ErrDeadLettered) || len(fallback.Envelopes()) != 1 {
+			t.Fatalf("err = %v, fallback has %d; want dead_lettered into the fallback", err, len(fallback.Envelopes()))
 		}
 		if len(fake.Docs()) != 0 {
 			t.Error("the main collection changed")
@@ -243,7 +243,7 @@ func TestOptionsValidated(t *testing.T) {
 		"nil classifier":  writeguard.WithClassifier(nil),
 		"backoff":         writeguard.WithBackoff(policy.Backoff{Multiplier: 0.5}),
 		"throttled":       writeguard.WithThrottledAttempts(0),
-		"fallback alone":  writeguard.WithFallbackDeadLetter(&memSink{}),
+		"fallback alone":  writeguard.WithFallbackDeadLetter(&mocks.Sink{}),
 		"nil option":      nil,
 		"nil logger":      writeguard.WithLogger(nil),
 		"negative upsert": writeguard.WithUpsertConflictRetries(-1),
@@ -295,7 +295,7 @@ func TestPrepareFailures(t *testing.T) {
 	if calls := fake.Calls(); len(calls) != 1 || calls[0].Models != 2 {
 		t.Errorf("calls %+v, want one with the 2 good documents", calls)
 	}
-	var envs []envelope.Envelope = fx.sink.all()
+	var envs []envelope.Envelope = fx.sink.Envelopes()
 	if len(envs) != 1 || envs[0].Code != 10334 {
 		t.Errorf("DLQ %+v", envs)
 	}

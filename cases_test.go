@@ -68,7 +68,7 @@ func TestC01RetryWithoutIDMakesNoDuplicates(t *testing.T) {
 			if calls := fake.Calls(); len(calls) != 2 {
 				t.Errorf("%d write calls, want 2 (one lost, one that meets its own writes)", len(calls))
 			}
-			if len(fx.sink.all()) != 0 {
+			if len(fx.sink.Envelopes()) != 0 {
 				t.Error("dead-letter queue is not empty")
 			}
 			for _, d := range fx.rec.disps {
@@ -167,7 +167,7 @@ func TestC03OwnWritesAndRealConflictsMixed(t *testing.T) {
 	if n := len(fake.Calls()); n != 2 {
 		t.Errorf("%d attempts, want 2 (no third attempt)", n)
 	}
-	if len(fx.sink.all()) != 0 {
+	if len(fx.sink.Envelopes()) != 0 {
 		t.Error("DLQ not empty")
 	}
 }
@@ -222,7 +222,7 @@ func TestC07MixedBatchRoutedPerIndex(t *testing.T) {
 	if diff := cmp.Diff(want, dispositions(r)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	envs := fx.sink.all()
+	envs := fx.sink.Envelopes()
 	if len(envs) != 1 || envs[0].DocumentID.Int32() != 1 || envs[0].ErrInfo == nil {
 		t.Fatalf("DLQ = %+v, want exactly document 1 with errInfo", envs)
 	}
@@ -326,8 +326,8 @@ func TestC15WriteConcernErrorIsWrittenUnconfirmed(t *testing.T) {
 	if n := len(fake.Docs()); n != 3 {
 		t.Errorf("%d documents, want 3", n)
 	}
-	if len(fake.Calls()) != 2 || len(fx.sink.all()) != 0 {
-		t.Errorf("calls %d (want 2: nothing re-sent), DLQ %d (want 0)", len(fake.Calls()), len(fx.sink.all()))
+	if len(fake.Calls()) != 2 || len(fx.sink.Envelopes()) != 0 {
+		t.Errorf("calls %d (want 2: nothing re-sent), DLQ %d (want 0)", len(fake.Calls()), len(fx.sink.Envelopes()))
 	}
 }
 
@@ -435,8 +435,8 @@ func TestC20CosmosThrottledTail(t *testing.T) {
 	if s := fx.clock.Sleeps(); len(s) != 1 || s[0] < 8*time.Millisecond {
 		t.Errorf("sleeps %v, want one of at least RetryAfterMs=8", s)
 	}
-	if n := len(fake.Docs()); n != 30 || len(fx.sink.all()) != 0 {
-		t.Errorf("%d stored, %d dead-lettered; want 30 and 0", n, len(fx.sink.all()))
+	if n := len(fake.Docs()); n != 30 || len(fx.sink.Envelopes()) != 0 {
+		t.Errorf("%d stored, %d dead-lettered; want 30 and 0", n, len(fx.sink.Envelopes()))
 	}
 }
 
@@ -444,7 +444,7 @@ func TestC20CosmosThrottledTail(t *testing.T) {
 // are reported unknown with their ids, and no wait passes the deadline.
 func TestC21DeadlineDuringFlight(t *testing.T) {
 	fake := mocks.NewFake("db.c21").Script(mocks.Hang())
-	g, err := writeguard.New(fake, writeguard.WithDeadLetter(&memSink{}), writeguard.WithBackoff(policy.Backoff{Base: 500 * time.Millisecond}))
+	g, err := writeguard.New(fake, writeguard.WithDeadLetter(&mocks.Sink{}), writeguard.WithBackoff(policy.Backoff{Base: 500 * time.Millisecond}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +498,7 @@ func TestC22NoRetryStorm(t *testing.T) {
 	if !mongo.IsNetworkError(err) {
 		t.Error("the network error is not reachable through the report")
 	}
-	if len(fx.sink.all()) != 0 {
+	if len(fx.sink.Envelopes()) != 0 {
 		t.Error("a transient failure was dead-lettered")
 	}
 	want := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}
@@ -533,7 +533,7 @@ func TestC24UpsertRace(t *testing.T) {
 	if len(docs) != 1 || !docs[0].Lookup("seen").Boolean() {
 		t.Errorf("docs = %v, want one document with seen: true", docs)
 	}
-	if len(fx.sink.all()) != 0 {
+	if len(fx.sink.Envelopes()) != 0 {
 		t.Error("DLQ not empty")
 	}
 }
@@ -554,7 +554,7 @@ func TestC26Unacknowledged(t *testing.T) {
 				t.Errorf("disposition %s, want unacknowledged", o.Disposition)
 			}
 		}
-		if len(fx.sink.all()) != 0 {
+		if len(fx.sink.Envelopes()) != 0 {
 			t.Error("DLQ outcome claimed under w:0")
 		}
 	})
@@ -595,8 +595,8 @@ func TestC27ConfigurationErrors(t *testing.T) {
 		if !errors.Is(err, writeguard.ErrConfiguration) || !strings.Contains(err.Error(), "retryWrites=false") {
 			t.Errorf("err %q does not name the setting", err)
 		}
-		if len(fake.Calls()) != 1 || len(fx.sink.all()) != 0 || len(fx.clock.Sleeps()) != 0 {
-			t.Errorf("calls %d, DLQ %d, sleeps %d; want 1, 0, 0", len(fake.Calls()), len(fx.sink.all()), len(fx.clock.Sleeps()))
+		if len(fake.Calls()) != 1 || len(fx.sink.Envelopes()) != 0 || len(fx.clock.Sleeps()) != 0 {
+			t.Errorf("calls %d, DLQ %d, sleeps %d; want 1, 0, 0", len(fake.Calls()), len(fx.sink.Envelopes()), len(fx.clock.Sleeps()))
 		}
 	})
 	t.Run("79 as a write concern error", func(t *testing.T) {
@@ -629,7 +629,7 @@ func TestC29InsideTransaction(t *testing.T) {
 	if errors.As(err, &r) {
 		t.Error("a Report was returned inside a transaction")
 	}
-	if len(fake.Calls()) != 1 || len(fx.sink.all()) != 0 || len(fx.clock.Sleeps()) != 0 {
-		t.Errorf("calls %d, DLQ %d, sleeps %d; want 1, 0, 0", len(fake.Calls()), len(fx.sink.all()), len(fx.clock.Sleeps()))
+	if len(fake.Calls()) != 1 || len(fx.sink.Envelopes()) != 0 || len(fx.clock.Sleeps()) != 0 {
+		t.Errorf("calls %d, DLQ %d, sleeps %d; want 1, 0, 0", len(fake.Calls()), len(fx.sink.Envelopes()), len(fx.clock.Sleeps()))
 	}
 }

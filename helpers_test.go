@@ -7,38 +7,10 @@ import (
 	"time"
 
 	"github.com/writeguard/writeguard"
-	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/mocks"
 	"github.com/writeguard/writeguard/policy"
 )
-
-// memSink is an in-memory dead-letter sink that can be told to fail.
-type memSink struct {
-	mu   sync.Mutex
-	envs []envelope.Envelope
-	puts int
-	fail func(n int) error
-}
-
-func (s *memSink) Put(_ context.Context, envs []envelope.Envelope) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.puts++
-	if s.fail != nil {
-		if err := s.fail(s.puts); err != nil {
-			return err
-		}
-	}
-	s.envs = append(s.envs, envs...)
-	return nil
-}
-
-func (s *memSink) all() []envelope.Envelope {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]envelope.Envelope(nil), s.envs...)
-}
 
 // recorder counts hook events.
 type recorder struct {
@@ -76,7 +48,7 @@ func (r *recorder) hooks() hooks.Hooks {
 
 type fixture struct {
 	fake  *mocks.Fake
-	sink  *memSink
+	sink  *mocks.Sink
 	clock *mocks.Clock
 	rec   *recorder
 	g     *writeguard.Guarded
@@ -84,7 +56,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, fake *mocks.Fake, opts ...writeguard.Option) *fixture {
 	t.Helper()
-	fx := &fixture{fake: fake, sink: &memSink{}, clock: mocks.NewClock(time.Unix(1_700_000_000, 0)), rec: &recorder{}}
+	fx := &fixture{fake: fake, sink: &mocks.Sink{}, clock: mocks.NewClock(time.Unix(1_700_000_000, 0)), rec: &recorder{}}
 	base := []writeguard.Option{
 		writeguard.WithDeadLetter(fx.sink),
 		writeguard.WithClock(fx.clock),

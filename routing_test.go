@@ -179,7 +179,7 @@ func TestRoutingProperties(t *testing.T) {
 		// 3. Invalid documents: dead-lettered (never stored, never
 		// retried after the server rejected them); the DLQ holds each once.
 		dlq := map[int32]int{}
-		for _, e := range fx.sink.all() {
+		for _, e := range fx.sink.Envelopes() {
 			dlq[bson.Raw(e.Original).Lookup("n").Int32()]++
 		}
 		for i, o := range outcomes {
@@ -192,8 +192,8 @@ func TestRoutingProperties(t *testing.T) {
 				rt.Fatalf("duplicate-key document %d was stored", i)
 			}
 		}
-		if len(fx.sink.all()) != len(dlq) {
-			rt.Fatalf("DLQ has %d envelopes for %d documents", len(fx.sink.all()), len(dlq))
+		if len(fx.sink.Envelopes()) != len(dlq) {
+			rt.Fatalf("DLQ has %d envelopes for %d documents", len(fx.sink.Envelopes()), len(dlq))
 		}
 
 		// 4. Only documents that failed transiently (or were in flight

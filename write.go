@@ -89,7 +89,7 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 	if dv.Len() == 0 {
 		return nil, fmt.Errorf("invalid documents: %w", mongo.ErrEmptySlice)
 	}
-	ordered, err := insertManyOrdered(opts)
+	ordered, err := orderedOption(opts, func(o *options.InsertManyOptions) *bool { return o.Ordered })
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts
 	if len(models) == 0 {
 		return nil, fmt.Errorf("invalid models: %w", mongo.ErrEmptySlice)
 	}
-	ordered, err := bulkOrdered(opts)
+	ordered, err := orderedOption(opts, func(o *options.BulkWriteOptions) *bool { return o.Ordered })
 	if err != nil {
 		return nil, err
 	}
@@ -249,8 +249,10 @@ func sliceLen(v any) int {
 	return 0
 }
 
-func insertManyOrdered(opts []options.Lister[options.InsertManyOptions]) (bool, error) {
-	var o options.InsertManyOptions
+// orderedOption reads the ordered option from a call's options (driver default:
+// true), applying them as the driver does.
+func orderedOption[T any](opts []options.Lister[T], get func(*T) *bool) (bool, error) {
+	var o T
 	for _, l := range opts {
 		if l == nil {
 			continue
@@ -261,22 +263,8 @@ func insertManyOrdered(opts []options.Lister[options.InsertManyOptions]) (bool, 
 			}
 		}
 	}
-	return o.Ordered == nil || *o.Ordered, nil
-}
-
-func bulkOrdered(opts []options.Lister[options.BulkWriteOptions]) (bool, error) {
-	var o options.BulkWriteOptions
-	for _, l := range opts {
-		if l == nil {
-			continue
-		}
-		for _, set := range l.List() {
-			if err := set(&o); err != nil {
-				return false, err
-			}
-		}
-	}
-	return o.Ordered == nil || *o.Ordered, nil
+	v := get(&o)
+	return v == nil || *v, nil
 }
 
 // sameDocument reports whether stored holds the same top-level fields with

@@ -29,35 +29,30 @@ import (
 
 const stepdown = `{"ok":0,"code":189,"codeName":"PrimarySteppedDown","errmsg":"primary stepped down","errorLabels":["RetryableWriteError"]}`
 
-// memSink is an in-memory dead-letter sink that can be told to fail; it
-// records the span context each Put was called with.
-type memSink struct {
+// spanSink is a mocks.Sink that records the span context of each Put.
+type spanSink struct {
+	mocks.Sink
 	mu    sync.Mutex
-	envs  []envelope.Envelope
-	puts  int
 	spans []trace.SpanContext
 	fail  func(n int) error
 }
 
-func (s *memSink) Put(ctx context.Context, envs []envelope.Envelope) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.puts++
-	s.spans = append(s.spans, trace.SpanContextFromContext(ctx))
-	if s.fail != nil {
-		if err := s.fail(s.puts); err != nil {
-			return err
+func newSpanSink() *spanSink {
+	s := &spanSink{}
+	s.Before = func(ctx context.Context, n int, _ []envelope.Envelope) error {
+		s.mu.Lock()
+		s.spans = append(s.spans, trace.SpanContextFromContext(ctx))
+		fail := s.fail
+		s.mu.Unlock()
+		if fail != nil {
+			return fail(n)
 		}
+		return nil
 	}
-	s.envs = append(s.envs, envs...)
-	return nil
+	return s
 }
 
-func (s *memSink) all() []envelope.Envelope {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]envelope.Envelope(nil), s.envs...)
-}
+func (s *spanSink) all() []envelope.Envelope { return s.Envelopes() }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writes (log output).
 type syncBuffer struct {
@@ -85,7 +80,7 @@ type harness struct {
 	logs   *syncBuffer
 	hooks  hooks.Hooks
 	clock  *mocks.Clock
-	sink   *memSink
+	sink   *spanSink
 }
 
 func newHarness(t *testing.T, opts ...otelhook.Option) *harness {
@@ -95,7 +90,7 @@ func newHarness(t *testing.T, opts ...otelhook.Option) *harness {
 		reader: sdkmetric.NewManualReader(),
 		logs:   &syncBuffer{},
 		clock:  mocks.NewClock(time.Unix(1_700_000_000, 0)),
-		sink:   &memSink{},
+		sink:   newSpanSink(),
 	}
 	hx.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(hx.sr))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(hx.reader))

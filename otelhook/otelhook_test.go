@@ -250,7 +250,8 @@ func TestDeadLetterOutage(t *testing.T) {
 	t.Run("sink and fallback fail", func(t *testing.T) {
 		hx := newHarness(t)
 		hx.sink.fail = func(int) error { return errors.New("sink down") }
-		fallback := &memSink{fail: func(int) error { return errors.New("disk full") }}
+		fallback := newSpanSink()
+		fallback.fail = func(int) error { return errors.New("disk full") }
 		g := hx.guard(t, mocks.NewFake("shop.orders").Validator(requireQty), writeguard.WithFallbackDeadLetter(fallback))
 		_, err := g.InsertMany(bg, []bson.D{{{Key: "_id", Value: 1}, {Key: "qty", Value: 1}}, {{Key: "_id", Value: 2}}})
 		if !errors.Is(err, writeguard.ErrDeadLetterFailed) {
