@@ -300,3 +300,35 @@ func TestPrepareFailures(t *testing.T) {
 		t.Errorf("DLQ %+v", envs)
 	}
 }
+
+// An update model rejected by the validator is dead-lettered with its
+// parts as canonical Extended JSON, which keeps $-prefixed keys storable.
+func TestDeadLetteredModelEnvelope(t *testing.T) {
+	fake := mocks.NewFake("db.models").Validator(func(doc bson.Raw) (bson.Raw, bool) {
+		_, err := doc.LookupErr("qty")
+		return nil, err != nil
+	})
+	_ = fake.Seed(bson.D{{Key: "_id", Value: "k"}, {Key: "qty", Value: int32(1)}})
+	fx := newFixture(t, fake)
+	_, err := fx.g.BulkWrite(ctx, []mongo.WriteModel{
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: "k"}}).
+			SetUpdate(bson.D{{Key: "$unset", Value: bson.D{{Key: "qty", Value: ""}}}}).SetUpsert(true),
+	})
+	if !errors.Is(err, writeguard.ErrDeadLettered) {
+		t.Fatalf("err = %v, want the update dead-lettered", err)
+	}
+	env := fx.sink.Envelopes()[0]
+	if op := env.Original.Lookup("op").StringValue(); op != "updateOne" {
+		t.Errorf("op %q", op)
+	}
+	var parts bson.Raw
+	if err := bson.UnmarshalExtJSON([]byte(env.Original.Lookup("model").StringValue()), true, &parts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parts.LookupErr("update", "$unset", "qty"); err != nil || !parts.Lookup("upsert").Boolean() {
+		t.Errorf("model parts %s lack the update or upsert", parts)
+	}
+	if elems, _ := env.Original.Elements(); len(elems) != 2 {
+		t.Errorf("original %s: want only op and model, no $-prefixed keys", env.Original)
+	}
+}

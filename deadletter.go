@@ -113,24 +113,31 @@ func (c *call) envelopeFor(it *item, now time.Time, sc trace.SpanContext) envelo
 }
 
 // modelDocument describes a non-insert write model as a document for the
-// dead-letter envelope: {op, filter, update|replacement, upsert}.
+// dead-letter envelope: {op, model}, where model is the canonical Extended
+// JSON of {filter, update|replacement, upsert}. Filters and updates hold
+// $-prefixed keys ($set, $gt), which a stored document cannot carry
+// through an update's $setOnInsert, so they are kept as text; canonical
+// Extended JSON loses no BSON type. replay decodes it.
 func modelDocument(m mongo.WriteModel) bson.Raw {
+	var op string
 	var d bson.D
 	switch mm := m.(type) {
 	case *mongo.UpdateOneModel:
-		d = bson.D{{Key: "op", Value: "updateOne"}, {Key: "filter", Value: mm.Filter}, {Key: "update", Value: mm.Update}, {Key: "upsert", Value: mm.Upsert != nil && *mm.Upsert}}
+		op, d = "updateOne", bson.D{{Key: "filter", Value: mm.Filter}, {Key: "update", Value: mm.Update}, {Key: "upsert", Value: mm.Upsert != nil && *mm.Upsert}}
 	case *mongo.UpdateManyModel:
-		d = bson.D{{Key: "op", Value: "updateMany"}, {Key: "filter", Value: mm.Filter}, {Key: "update", Value: mm.Update}, {Key: "upsert", Value: mm.Upsert != nil && *mm.Upsert}}
+		op, d = "updateMany", bson.D{{Key: "filter", Value: mm.Filter}, {Key: "update", Value: mm.Update}, {Key: "upsert", Value: mm.Upsert != nil && *mm.Upsert}}
 	case *mongo.ReplaceOneModel:
-		d = bson.D{{Key: "op", Value: "replaceOne"}, {Key: "filter", Value: mm.Filter}, {Key: "replacement", Value: mm.Replacement}, {Key: "upsert", Value: mm.Upsert != nil && *mm.Upsert}}
+		op, d = "replaceOne", bson.D{{Key: "filter", Value: mm.Filter}, {Key: "replacement", Value: mm.Replacement}, {Key: "upsert", Value: mm.Upsert != nil && *mm.Upsert}}
 	case *mongo.DeleteOneModel:
-		d = bson.D{{Key: "op", Value: "deleteOne"}, {Key: "filter", Value: mm.Filter}}
+		op, d = "deleteOne", bson.D{{Key: "filter", Value: mm.Filter}}
 	case *mongo.DeleteManyModel:
-		d = bson.D{{Key: "op", Value: "deleteMany"}, {Key: "filter", Value: mm.Filter}}
+		op, d = "deleteMany", bson.D{{Key: "filter", Value: mm.Filter}}
 	}
-	raw, err := bson.Marshal(d)
+	js, err := bson.MarshalExtJSON(d, true, false)
+	out := bson.D{{Key: "op", Value: op}, {Key: "model", Value: string(js)}}
 	if err != nil {
-		raw, _ = bson.Marshal(bson.D{{Key: "op", Value: fmt.Sprintf("%T", m)}, {Key: "marshal_error", Value: err.Error()}})
+		out = bson.D{{Key: "op", Value: fmt.Sprintf("%T", m)}, {Key: "marshal_error", Value: err.Error()}}
 	}
+	raw, _ := bson.Marshal(out)
 	return raw
 }

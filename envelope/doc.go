@@ -5,8 +5,25 @@
 // (FailingKeywords), the dotted paths they name (FailingPaths), and a
 // Fingerprint of the payload that makes a recapture of the same payload
 // update one record instead of adding another. Envelopes are handed to a
-// Sink (the Sink interface); a Mongo-backed sink and the setup of the
-// dead-letter collection (DLQ) will live in this package too.
+// Sink (the Sink interface).
+//
+// # The dead-letter collection
+//
+// EnsureCollection creates the dead-letter collection (DLQ) with a
+// permissive validator, a TTL index on last_seen, a unique index on
+// fingerprint and an index for replays, reporting for each whether it was
+// applied, already there, or unsupported by the server (FerretDB: no
+// validators, no TTL). MongoSink stores envelopes there, one bulk write
+// per Put, merging recaptures of a payload into one envelope (attempts,
+// last_seen, status back to pending); WithRedact strips fields first, and
+// envelopes over 16 MiB are stored with their original truncated, never
+// dropped. FileSink appends them to a JSON Lines file, the fallback when
+// the DLQ cannot be written; ReadFile loads it back.
+//
+// Filter selects envelopes (by keyword, path, code, namespace, status,
+// age) for Stats, which summarises a backlog, for Discard, which gives
+// envelopes up, and for package replay, which writes them to their target
+// once the cause is fixed.
 //
 // # errInfo analysis
 //

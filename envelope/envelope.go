@@ -36,8 +36,22 @@ type Envelope struct {
 	// for the write.
 	Original bson.Raw `bson:"original" json:"-"`
 	// OriginalTruncated is true when Original was cut to fit the 16 MiB
-	// BSON limit together with the envelope's own fields.
+	// BSON limit together with the envelope's own fields (see MongoSink):
+	// it then holds only the top-level fields that fit, and cannot be
+	// replayed.
 	OriginalTruncated bool `bson:"original_truncated,omitempty" json:"original_truncated,omitempty"`
+	// OriginalSize is the size in bytes of the original before it was
+	// truncated (set only when OriginalTruncated is true).
+	OriginalSize int `bson:"original_size,omitempty" json:"original_size,omitempty"`
+	// OriginalDropped names the top-level fields truncation left out, in
+	// document order (at most 100 names; set only when OriginalTruncated
+	// is true).
+	OriginalDropped []string `bson:"original_dropped,omitempty" json:"original_dropped,omitempty"`
+	// OriginalRedacted is true when a redaction hook (WithRedact) changed
+	// Original before it was stored: the stored original is not the
+	// payload that was rejected, and a replay skips it unless told
+	// otherwise. Fingerprint is still that of the unredacted payload.
+	OriginalRedacted bool `bson:"original_redacted,omitempty" json:"original_redacted,omitempty"`
 	// DocumentID is the original's _id.
 	DocumentID bson.RawValue `bson:"document_id" json:"-"`
 	// IDAssigned is true when writeguard assigned DocumentID (the caller's
@@ -72,6 +86,12 @@ type Envelope struct {
 	Attempts int `bson:"attempts" json:"attempts"`
 	// Status is StatusPending, StatusReplayed or StatusDiscarded.
 	Status string `bson:"status" json:"status"`
+	// ReplayedAt is when a replay wrote the payload to its target (status
+	// replayed); zero otherwise. Set by package replay.
+	ReplayedAt time.Time `bson:"replayed_at,omitempty" json:"replayed_at,omitzero"`
+	// DiscardedAt is when Discard gave the envelope up (status discarded);
+	// zero otherwise.
+	DiscardedAt time.Time `bson:"discarded_at,omitempty" json:"discarded_at,omitzero"`
 	// TraceID and SpanID identify the span of the write that dead-lettered
 	// the payload, when there was one (hex, W3C trace context).
 	TraceID string `bson:"trace_id,omitempty" json:"trace_id,omitempty"`

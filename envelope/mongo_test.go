@@ -1,0 +1,535 @@
+package envelope
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+var (
+	t0 = time.Date(2026, 3, 1, 12, 0, 0, 123_000_000, time.UTC)
+	t1 = t0.Add(time.Minute)
+)
+
+// sampleEnvelope is a fully populated envelope as the guarded collection
+// builds it for a rejected insert.
+func sampleEnvelope(tb testing.TB) Envelope {
+	tb.Helper()
+	oid := bson.NewObjectID()
+	orig := mustMarshal(tb, bson.D{{Key: "_id", Value: oid}, {Key: "sku", Value: "A-1"}, {Key: "qty", Value: int32(0)}})
+	errInfo := mustExtJSON(tb, `{"failingDocumentId": {"$oid": "`+oid.Hex()+`"}, "details": {"operatorName": "$jsonSchema",
+		"schemaRulesNotSatisfied": [{"operatorName": "properties", "propertiesNotSatisfied": [{"propertyName": "qty",
+		"details": [{"operatorName": "minimum", "specifiedAs": {"minimum": 1}, "reason": "comparison failed", "consideredValue": 0}]}]}]}}`)
+	return Envelope{
+		SchemaVersion:   SchemaVersion,
+		Fingerprint:     Fingerprint(orig, true),
+		Original:        orig,
+		DocumentID:      bson.RawValue{Type: bson.TypeObjectID, Value: oid[:]},
+		IDAssigned:      true,
+		ErrInfo:         errInfo,
+		FailingKeywords: FailingKeywords(errInfo),
+		FailingPaths:    FailingPaths(errInfo),
+		Code:            121,
+		CodeName:        "DocumentValidationFailure",
+		ErrMsg:          "Document failed validation",
+		Labels:          []string{"SomeLabel"},
+		Namespace:       "shop.orders",
+		Operation:       "insertMany",
+		BatchIndex:      3,
+		FirstSeen:       t0,
+		LastSeen:        t0,
+		Attempts:        1,
+		Status:          StatusPending,
+		TraceID:         "4bf92f3577b34da6a3ce929d0e0e4736",
+		SpanID:          "00f067aa0ba902b7",
+	}
+}
+
+func lookup(t *testing.T, doc bson.Raw, key string) bson.RawValue {
+	t.Helper()
+	v, err := doc.LookupErr(key)
+	if err != nil {
+		t.Fatalf("stored envelope has no %s: %v", key, err)
+	}
+	return v
+}
+
+func strings_(t *testing.T, v bson.RawValue) []string {
+	t.Helper()
+	vals, err := v.Array().Values()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []string{}
+	for _, x := range vals {
+		out = append(out, x.StringValue())
+	}
+	return out
+}
+
+// TestStoredDocumentFieldMapping checks every stored field name, type and
+// value of DESIGN §6 against the Envelope it came from.
+func TestStoredDocumentFieldMapping(t *testing.T) {
+	env := sampleEnvelope(t)
+	doc, err := StoredDocument(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lookup(t, doc, "fingerprint").StringValue(); got != env.Fingerprint {
+		t.Errorf("fingerprint = %q, want %q", got, env.Fingerprint)
+	}
+	if v := lookup(t, doc, "schema_version"); v.Type != bson.TypeInt32 || v.Int32() != SchemaVersion {
+		t.Errorf("schema_version = %v", v)
+	}
+	if got := lookup(t, doc, "original").Document(); !bytes.Equal(got, env.Original) {
+		t.Errorf("original changed: %v", got)
+	}
+	if got := lookup(t, doc, "document_id"); !got.Equal(env.DocumentID) {
+		t.Errorf("document_id = %v, want %v", got, env.DocumentID)
+	}
+	if !lookup(t, doc, "id_assigned").Boolean() {
+		t.Error("id_assigned false")
+	}
+	if got := lookup(t, doc, "err_info").Document(); !bytes.Equal(got, env.ErrInfo) {
+		t.Error("err_info changed")
+	}
+	if got := strings_(t, lookup(t, doc, "failing_keywords")); !slices.Equal(got, []string{"minimum"}) {
+		t.Errorf("failing_keywords = %v", got)
+	}
+	if got := strings_(t, lookup(t, doc, "failing_paths")); !slices.Equal(got, []string{"qty"}) {
+		t.Errorf("failing_paths = %v", got)
+	}
+	if v := lookup(t, doc, "code"); v.Type != bson.TypeInt32 || v.Int32() != 121 {
+		t.Errorf("code = %v", v)
+	}
+	for key, want := range map[string]string{
+		"code_name": "DocumentValidationFailure", "errmsg": "Document failed validation", "namespace": "shop.orders",
+		"operation": "insertMany", "status": StatusPending, "trace_id": env.TraceID, "span_id": env.SpanID,
+	} {
+		if got := lookup(t, doc, key).StringValue(); got != want {
+			t.Errorf("%s = %q, want %q", key, got, want)
+		}
+	}
+	if got := strings_(t, lookup(t, doc, "labels")); !slices.Equal(got, []string{"SomeLabel"}) {
+		t.Errorf("labels = %v", got)
+	}
+	if v := lookup(t, doc, "batch_index"); v.Int32() != 3 {
+		t.Errorf("batch_index = %v", v)
+	}
+	if v := lookup(t, doc, "attempts"); v.Type != bson.TypeInt32 || v.Int32() != 1 {
+		t.Errorf("attempts = %v", v)
+	}
+	for _, key := range []string{"first_seen", "last_seen"} {
+		if v := lookup(t, doc, key); v.Type != bson.TypeDateTime || !v.Time().Equal(t0) {
+			t.Errorf("%s = %v, want %v", key, v, t0)
+		}
+	}
+	for _, key := range []string{"original_truncated", "original_size", "original_dropped", "original_redacted", "replayed_at", "discarded_at", "_id"} {
+		if _, err := doc.LookupErr(key); err == nil {
+			t.Errorf("unexpected %s in a plain envelope", key)
+		}
+	}
+
+	// Decoding the stored document gives the envelope back.
+	var back Envelope
+	if err := bson.Unmarshal(doc, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Fingerprint != env.Fingerprint || !bytes.Equal(back.Original, env.Original) || !back.DocumentID.Equal(env.DocumentID) ||
+		!bytes.Equal(back.ErrInfo, env.ErrInfo) || back.BatchIndex != 3 || back.Attempts != 1 || !back.FirstSeen.Equal(t0) ||
+		back.TraceID != env.TraceID || !back.ReplayedAt.IsZero() {
+		t.Errorf("decoded envelope differs: %+v", back)
+	}
+}
+
+// TestStoredDocumentOptionalFields: empty optional fields are left out;
+// missing keywords/paths, status, attempts and schema version get their
+// defaults.
+func TestStoredDocumentOptionalFields(t *testing.T) {
+	orig := mustMarshal(t, bson.D{{Key: "_id", Value: int32(7)}, {Key: "a", Value: "x"}})
+	doc, err := StoredDocument(Envelope{Original: orig, Code: 121, Namespace: "db.c", Operation: "insertOne", FirstSeen: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"code_name", "labels", "err_info", "trace_id", "span_id", "document_id"} {
+		if _, err := doc.LookupErr(key); err == nil {
+			t.Errorf("empty %s stored", key)
+		}
+	}
+	if got := lookup(t, doc, "fingerprint").StringValue(); got != Fingerprint(orig, false) {
+		t.Errorf("missing fingerprint not computed: %q", got)
+	}
+	if got := strings_(t, lookup(t, doc, "failing_keywords")); !slices.Equal(got, []string{"unknown"}) {
+		t.Errorf("failing_keywords = %v, want [unknown]", got)
+	}
+	if got := strings_(t, lookup(t, doc, "failing_paths")); len(got) != 0 {
+		t.Errorf("failing_paths = %v, want []", got)
+	}
+	if v := lookup(t, doc, "attempts"); v.Int32() != 1 {
+		t.Errorf("attempts = %v, want 1", v)
+	}
+	if v := lookup(t, doc, "schema_version"); v.Int32() != SchemaVersion {
+		t.Errorf("schema_version = %v", v)
+	}
+	if v := lookup(t, doc, "last_seen"); !v.Time().Equal(t0) {
+		t.Errorf("last_seen = %v, want first_seen", v)
+	}
+}
+
+// TestRecaptureUpdate checks the update MongoSink applies to a
+// recaptured payload's envelope: $inc attempts by the envelope's count,
+// $max last_seen, $set status pending, and nothing else (the first
+// capture's fields stay).
+func TestRecaptureUpdate(t *testing.T) {
+	upd := mustMarshal(t, RecaptureUpdate(3, t1))
+	want := mustMarshal(t, bson.D{
+		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: int32(3)}}},
+		{Key: "$max", Value: bson.D{{Key: "last_seen", Value: t1}}},
+		{Key: "$set", Value: bson.D{{Key: "status", Value: StatusPending}}},
+	})
+	if !bytes.Equal(upd, want) {
+		t.Errorf("update %v, want %v", upd, want)
+	}
+}
+
+// TestUpsertModel checks the upsert MongoSink sends by default: filter by
+// fingerprint, $setOnInsert of the capture's fields (not those the other
+// operators own), then RecaptureUpdate's $inc, $max and $set.
+func TestUpsertModel(t *testing.T) {
+	env := sampleEnvelope(t)
+	env.Attempts, env.LastSeen = 3, t1
+	prepared, err := prepareForStore(env, newSinkConfig(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wm, err := upsertModel(prepared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := wm.(*mongo.UpdateOneModel)
+	if m.Upsert == nil || !*m.Upsert {
+		t.Fatal("not an upsert")
+	}
+	if got, want := mustMarshal(t, m.Filter), mustMarshal(t, bson.D{{Key: "fingerprint", Value: env.Fingerprint}}); !bytes.Equal(got, want) {
+		t.Errorf("filter = %v", got)
+	}
+	upd := mustMarshal(t, m.Update)
+	var keys []string
+	elems, _ := upd.Elements()
+	for _, e := range elems {
+		keys = append(keys, e.Key())
+	}
+	if !slices.Equal(keys, []string{"$setOnInsert", "$inc", "$max", "$set"}) {
+		t.Errorf("operators = %v", keys)
+	}
+	soi := upd.Lookup("$setOnInsert").Document()
+	for _, key := range []string{"attempts", "last_seen", "status", "fingerprint"} {
+		if _, err := soi.LookupErr(key); err == nil {
+			t.Errorf("$setOnInsert sets %s, which another operator (or the filter) owns", key)
+		}
+	}
+	for _, key := range []string{"original", "document_id", "first_seen", "schema_version", "err_info", "failing_keywords",
+		"failing_paths", "code", "code_name", "errmsg", "namespace", "operation", "batch_index", "id_assigned", "labels", "trace_id", "span_id"} {
+		if _, err := soi.LookupErr(key); err != nil {
+			t.Errorf("$setOnInsert lacks %s", key)
+		}
+	}
+	if v := upd.Lookup("$inc", "attempts"); v.Int32() != 3 {
+		t.Errorf("$inc attempts = %v, want 3", v)
+	}
+	if v := upd.Lookup("$max", "last_seen"); !v.Time().Equal(t1) {
+		t.Errorf("$max last_seen = %v", v)
+	}
+}
+
+// TestStoredFieldsOrder: the inserted document leads with fingerprint
+// and ends with the fields a recapture changes.
+func TestStoredFieldsOrder(t *testing.T) {
+	env := sampleEnvelope(t)
+	env.Attempts, env.LastSeen = 3, t1
+	prepared, err := prepareForStore(env, newSinkConfig(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := storedFields(prepared)
+	var keys []string
+	for _, e := range d {
+		keys = append(keys, e.Key)
+	}
+	want := []string{"fingerprint", "schema_version", "original", "document_id", "id_assigned", "err_info", "failing_keywords",
+		"failing_paths", "code", "code_name", "errmsg", "labels", "namespace", "operation", "batch_index", "first_seen",
+		"trace_id", "span_id", "attempts", "last_seen", "status"}
+	if !slices.Equal(keys, want) {
+		t.Errorf("fields %v\nwant %v", keys, want)
+	}
+	doc := mustMarshal(t, d)
+	if doc.Lookup("attempts").Int32() != 3 || !doc.Lookup("last_seen").Time().Equal(t1) {
+		t.Errorf("attempts/last_seen not the envelope's: %v", doc)
+	}
+}
+
+func TestStripeOf(t *testing.T) {
+	seen := map[int]bool{}
+	for i := 0; i < 1000; i++ {
+		s := stripeOf(Fingerprint(mustMarshal(t, bson.D{{Key: "i", Value: i}}), false))
+		if s < 0 || s >= sinkStripes {
+			t.Fatalf("stripe %d", s)
+		}
+		seen[s] = true
+	}
+	if len(seen) < sinkStripes/2 {
+		t.Errorf("1000 fingerprints over only %d stripes", len(seen))
+	}
+}
+
+func TestMergeByFingerprint(t *testing.T) {
+	a := sampleEnvelope(t)
+	b := a
+	b.FirstSeen, b.LastSeen, b.Attempts = t0.Add(-time.Hour), t0.Add(-time.Hour), 2
+	c := a
+	c.FirstSeen, c.LastSeen, c.Attempts = t1, t1, 0 // 0 counts as 1
+	other := sampleEnvelope(t)
+	other.Original = mustMarshal(t, bson.D{{Key: "_id", Value: bson.NewObjectID()}, {Key: "sku", Value: "B-2"}})
+	other.Fingerprint = ""
+	got := mergeByFingerprint([]Envelope{a, other, b, c})
+	if len(got) != 2 {
+		t.Fatalf("merged into %d envelopes, want 2", len(got))
+	}
+	m := got[0]
+	if m.Attempts != 4 || !m.FirstSeen.Equal(t0.Add(-time.Hour)) || !m.LastSeen.Equal(t1) {
+		t.Errorf("merged: attempts %d first %v last %v; want 4, %v, %v", m.Attempts, m.FirstSeen, m.LastSeen, t0.Add(-time.Hour), t1)
+	}
+	if !bytes.Equal(m.Original, a.Original) {
+		t.Error("merged envelope does not keep the first one's original")
+	}
+	if got[1].Fingerprint != Fingerprint(other.Original, true) {
+		t.Error("missing fingerprint not computed")
+	}
+}
+
+// TestRedact: the hook's output is stored and flagged; the fingerprint
+// stays the unredacted payload's; a no-op hook flags nothing; a hook
+// returning invalid BSON fails the Put rather than store the original; a
+// hook that scribbles on its input does not reach the caller's envelope.
+func TestRedact(t *testing.T) {
+	env := sampleEnvelope(t)
+	env.Original = mustMarshal(t, bson.D{{Key: "_id", Value: int32(1)}, {Key: "name", Value: "Ann"}, {Key: "ssn", Value: "123-45-6789"}})
+	env.Fingerprint = Fingerprint(env.Original, false)
+	wantFP := env.Fingerprint
+	before := append(bson.Raw(nil), env.Original...)
+	dropSSN := WithRedact(func(orig bson.Raw) bson.Raw {
+		var d bson.D
+		if err := bson.Unmarshal(orig, &d); err != nil {
+			return nil
+		}
+		d = slices.DeleteFunc(d, func(e bson.E) bool { return e.Key == "ssn" })
+		orig[len(orig)-2] = 'X' // scribble on the input: must not matter
+		out, _ := bson.Marshal(d)
+		return out
+	})
+	doc, err := StoredDocument(env, dropSSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := lookup(t, doc, "original").Document()
+	if _, err := stored.LookupErr("ssn"); err == nil {
+		t.Error("ssn stored")
+	}
+	if stored.Lookup("name").StringValue() != "Ann" {
+		t.Error("name lost")
+	}
+	if !lookup(t, doc, "original_redacted").Boolean() {
+		t.Error("original_redacted not set")
+	}
+	if lookup(t, doc, "fingerprint").StringValue() != wantFP {
+		t.Error("fingerprint changed by redaction")
+	}
+	if !bytes.Equal(env.Original, before) {
+		t.Error("the hook modified the caller's original")
+	}
+
+	doc, err = StoredDocument(env, WithRedact(func(orig bson.Raw) bson.Raw { return orig }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := doc.LookupErr("original_redacted"); err == nil {
+		t.Error("a no-op hook flagged the original redacted")
+	}
+
+	if _, err := StoredDocument(env, WithRedact(func(bson.Raw) bson.Raw { return bson.Raw{1, 2, 3} })); err == nil ||
+		!strings.Contains(err.Error(), "invalid BSON") {
+		t.Errorf("invalid hook output: err = %v", err)
+	}
+
+	env = sampleEnvelope(t)
+	doc, err = StoredDocument(env, WithRedactErrInfo(func(ei bson.Raw) bson.Raw {
+		return mustMarshal(t, bson.D{{Key: "redacted", Value: true}})
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lookup(t, doc, "err_info").Document().Lookup("redacted").Boolean() {
+		t.Error("err_info not redacted")
+	}
+	if got := strings_(t, lookup(t, doc, "failing_keywords")); !slices.Equal(got, []string{"minimum"}) {
+		t.Errorf("keywords lost with errInfo redaction: %v", got)
+	}
+}
+
+// TestTruncateOversized stores a ~16 MiB document: the envelope fits,
+// keeps the small fields in order, drops the big one, and says so.
+func TestTruncateOversized(t *testing.T) {
+	big := bytes.Repeat([]byte{'z'}, 16*1024*1024-200)
+	orig := mustMarshal(t, bson.D{
+		{Key: "_id", Value: "order-1"},
+		{Key: "sku", Value: "A-1"},
+		{Key: "blob", Value: bson.Binary{Data: big}},
+		{Key: "qty", Value: int32(0)},
+	})
+	if len(orig) > MaxBSONSize {
+		t.Fatalf("test document is %d bytes, over 16 MiB", len(orig))
+	}
+	env := sampleEnvelope(t)
+	env.Original, env.IDAssigned = orig, false
+	env.DocumentID = bson.RawValue{Type: bson.TypeString, Value: orig.Lookup("_id").Value}
+	env.Fingerprint = Fingerprint(orig, false)
+	doc, err := StoredDocument(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc) > MaxEnvelopeSize {
+		t.Fatalf("stored envelope is %d bytes, over %d", len(doc), MaxEnvelopeSize)
+	}
+	if !lookup(t, doc, "original_truncated").Boolean() {
+		t.Fatal("original_truncated not set")
+	}
+	if got := lookup(t, doc, "original_size").Int64(); got != int64(len(orig)) {
+		t.Errorf("original_size = %d, want %d", got, len(orig))
+	}
+	if got := strings_(t, lookup(t, doc, "original_dropped")); !slices.Equal(got, []string{"blob"}) {
+		t.Errorf("original_dropped = %v", got)
+	}
+	kept := lookup(t, doc, "original").Document()
+	elems, _ := kept.Elements()
+	var keys []string
+	for _, e := range elems {
+		keys = append(keys, e.Key())
+	}
+	if !slices.Equal(keys, []string{"_id", "sku", "qty"}) {
+		t.Errorf("kept fields %v, want [_id sku qty]", keys)
+	}
+	if lookup(t, doc, "fingerprint").StringValue() != env.Fingerprint {
+		t.Error("fingerprint changed by truncation")
+	}
+	if got := lookup(t, doc, "err_info").Document(); !bytes.Equal(got, env.ErrInfo) {
+		t.Error("a small err_info was changed")
+	}
+
+	// Just under the limit: stored whole.
+	small := mustMarshal(t, bson.D{{Key: "_id", Value: "order-2"}, {Key: "blob", Value: bson.Binary{Data: big[:MaxEnvelopeSize-64*1024]}}})
+	env.Original = small
+	doc, err = StoredDocument(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := doc.LookupErr("original_truncated"); err == nil {
+		t.Error("a document that fits was truncated")
+	}
+	if !bytes.Equal(lookup(t, doc, "original").Document(), small) {
+		t.Error("original changed")
+	}
+}
+
+// TestTruncateHugeErrInfo: an errInfo over a quarter of the limit gives
+// way first (the keywords computed from it stay); the original is kept.
+func TestTruncateHugeErrInfo(t *testing.T) {
+	env := sampleEnvelope(t)
+	huge := bytes.Repeat([]byte{'v'}, 9*1024*1024)
+	env.ErrInfo = mustMarshal(t, bson.D{{Key: "failingDocumentId", Value: int32(5)}, {Key: "details", Value: bson.D{
+		{Key: "operatorName", Value: "enum"}, {Key: "consideredValue", Value: string(huge)}}}})
+	env.FailingKeywords = FailingKeywords(env.ErrInfo)
+	env.Original = mustMarshal(t, bson.D{{Key: "_id", Value: int32(5)}, {Key: "v", Value: string(huge)}})
+	doc, err := StoredDocument(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc) > MaxEnvelopeSize {
+		t.Fatalf("stored envelope is %d bytes", len(doc))
+	}
+	ei := lookup(t, doc, "err_info").Document()
+	if !ei.Lookup("writeguard_truncated").Boolean() || ei.Lookup("failingDocumentId").Int32() != 5 {
+		t.Errorf("err_info summary = %v", ei)
+	}
+	if _, err := doc.LookupErr("original_truncated"); err == nil {
+		t.Error("original truncated although dropping errInfo was enough")
+	}
+	if got := strings_(t, lookup(t, doc, "failing_keywords")); !slices.Equal(got, []string{"enum"}) {
+		t.Errorf("failing_keywords = %v", got)
+	}
+}
+
+// TestTruncateManyFields: a document of many large fields keeps a
+// prefix; the dropped names are capped.
+func TestTruncateManyFields(t *testing.T) {
+	chunk := string(bytes.Repeat([]byte{'q'}, 64*1024))
+	d := bson.D{{Key: "_id", Value: int32(1)}}
+	for i := 0; i < 400; i++ {
+		d = append(d, bson.E{Key: "f" + string(rune('a'+i%26)) + strings.Repeat("x", i/26), Value: chunk})
+	}
+	orig := mustMarshal(t, d)
+	env := sampleEnvelope(t)
+	env.Original, env.Fingerprint = orig, Fingerprint(orig, false)
+	doc, err := StoredDocument(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc) > MaxEnvelopeSize {
+		t.Fatalf("stored envelope is %d bytes", len(doc))
+	}
+	dropped := strings_(t, lookup(t, doc, "original_dropped"))
+	kept, _ := lookup(t, doc, "original").Document().Elements()
+	if len(dropped) != maxDroppedNames {
+		t.Errorf("%d dropped names, want %d", len(dropped), maxDroppedNames)
+	}
+	if len(kept) < 200 || len(kept) > 401-maxDroppedNames {
+		t.Errorf("kept %d fields", len(kept))
+	}
+}
+
+func TestTruncateDocument(t *testing.T) {
+	doc := mustMarshal(t, bson.D{{Key: "a", Value: "xxxxxxxxxx"}, {Key: "b", Value: "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"}, {Key: "c", Value: int32(1)}})
+	kept, dropped := truncateDocument(doc, 40)
+	if err := kept.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(dropped, []string{"b"}) || kept.Lookup("c").Int32() != 1 || kept.Lookup("a").StringValue() != "xxxxxxxxxx" {
+		t.Errorf("kept %v dropped %v", kept, dropped)
+	}
+	if len(kept) > 40 {
+		t.Errorf("kept %d bytes, budget 40", len(kept))
+	}
+	kept, dropped = truncateDocument(doc, 0)
+	if len(kept) != 5 || len(dropped) != 3 {
+		t.Errorf("budget 0: kept %v dropped %v", kept, dropped)
+	}
+}
+
+func TestEnvelopeOmitsZeroTimes(t *testing.T) {
+	raw := mustMarshal(t, sampleEnvelope(t))
+	for _, key := range []string{"replayed_at", "discarded_at", "original_truncated", "original_redacted"} {
+		if _, err := raw.LookupErr(key); err == nil {
+			t.Errorf("zero %s marshalled", key)
+		}
+	}
+	env := sampleEnvelope(t)
+	env.ReplayedAt = t1
+	raw = mustMarshal(t, env)
+	if v, err := raw.LookupErr("replayed_at"); err != nil || !v.Time().Equal(t1) {
+		t.Errorf("replayed_at = %v, %v", v, err)
+	}
+}

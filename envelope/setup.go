@@ -1,0 +1,728 @@
+package envelope
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// DefaultTTL is how long an envelope is kept after its last capture
+// (last_seen) before the server's TTL monitor deletes it: 14 days.
+const DefaultTTL = 14 * 24 * time.Hour
+
+// DefaultTTLField is the field the TTL index counts from.
+const DefaultTTLField = "last_seen"
+
+// Index names EnsureCollection gives the indexes it creates. An existing
+// index on the same keys is used whatever its name.
+const (
+	FingerprintIndexName = "fingerprint_unique"
+	StatusIndexName      = "status_namespace_first_seen"
+	// The TTL index is named "<field>_ttl", e.g. "last_seen_ttl".
+	ttlIndexSuffix = "_ttl"
+)
+
+// Server error codes EnsureCollection acts on (mongodb/mongo
+// src/mongo/base/error_codes.yml).
+const (
+	codeNamespaceExists       = 48
+	codeCommandNotFound       = 59
+	codeIndexOptionsConflict  = 85
+	codeIndexKeySpecsConflict = 86
+	codeCommandNotSupported   = 115
+	codeNotImplemented        = 238
+)
+
+// UnsupportedCodes are the server error codes that make EnsureCollection
+// report an optional feature (validator, TTL index, status index) as
+// FeatureUnsupported and go on: 238 NotImplemented (FerretDB), 115
+// CommandNotSupported, 59 CommandNotFound. Any other error is
+// FeatureFailed. Add codes for other servers before calling
+// EnsureCollection; do not change the slice concurrently with it.
+var UnsupportedCodes = []int32{codeNotImplemented, codeCommandNotSupported, codeCommandNotFound}
+
+// FeatureState is what EnsureCollection did about one feature of the
+// dead-letter collection.
+type FeatureState string
+
+// The feature states.
+const (
+	// FeatureApplied: created or changed by this call.
+	FeatureApplied FeatureState = "applied"
+	// FeatureAlready: already there as wanted; nothing was changed.
+	FeatureAlready FeatureState = "already"
+	// FeatureUnsupported: the server refused it as not supported (a code
+	// in UnsupportedCodes); see the result's Code and Message.
+	FeatureUnsupported FeatureState = "unsupported"
+	// FeatureDisabled: turned off by an option (WithoutValidator,
+	// WithTTL(field, 0)).
+	FeatureDisabled FeatureState = "disabled"
+	// FeatureFailed: the server refused it for another reason; see the
+	// result's Code and Message. EnsureCollection's error names it.
+	FeatureFailed FeatureState = "failed"
+)
+
+// Feature names, in the order EnsureCollection handles and reports them.
+const (
+	// FeatureCollection is the collection itself.
+	FeatureCollection = "collection"
+	// FeatureValidator is the permissive $jsonSchema validator
+	// (validationLevel moderate, validationAction warn).
+	FeatureValidator = "validator"
+	// FeatureFingerprintIndex is the unique index on fingerprint.
+	FeatureFingerprintIndex = "fingerprint_index"
+	// FeatureTTLIndex is the TTL index on last_seen (by default).
+	FeatureTTLIndex = "ttl_index"
+	// FeatureStatusIndex is the index {status: 1, namespace: 1,
+	// first_seen: 1} used by replays, Stats and Discard.
+	FeatureStatusIndex = "status_index"
+)
+
+// FeatureResult is the outcome for one feature.
+type FeatureResult struct {
+	// Feature is one of the Feature* names.
+	Feature string
+	// State says what was done.
+	State FeatureState
+	// Detail says how, in words (e.g. "expireAfterSeconds changed from
+	// 3600 to 1209600 with collMod").
+	Detail string
+	// Code, CodeName and Message are the server's error for
+	// FeatureUnsupported and FeatureFailed (e.g. 238 NotImplemented).
+	Code     int32
+	CodeName string
+	Message  string
+}
+
+// String formats r as "ttl_index: unsupported (238 NotImplemented: ...)".
+func (r FeatureResult) String() string {
+	s := r.Feature + ": " + string(r.State)
+	if r.Detail != "" {
+		s += ", " + r.Detail
+	}
+	if r.Code != 0 || r.Message != "" {
+		s += fmt.Sprintf(" (%d %s: %s)", r.Code, r.CodeName, r.Message)
+	}
+	return s
+}
+
+// SetupReport is what EnsureCollection did, feature by feature.
+type SetupReport struct {
+	// Namespace is "<database>.<collection>" of the dead-letter
+	// collection.
+	Namespace string
+	// Features has one result per feature, in the order of the Feature*
+	// constants.
+	Features []FeatureResult
+}
+
+// Feature returns the result for the named feature.
+func (r SetupReport) Feature(name string) (FeatureResult, bool) {
+	for _, f := range r.Features {
+		if f.Feature == name {
+			return f, true
+		}
+	}
+	return FeatureResult{}, false
+}
+
+// State returns the state of the named feature ("" when not reported).
+func (r SetupReport) State(name string) FeatureState {
+	f, _ := r.Feature(name)
+	return f.State
+}
+
+// String formats the report, one feature per line.
+func (r SetupReport) String() string {
+	var b strings.Builder
+	b.WriteString(r.Namespace)
+	b.WriteString(":")
+	for _, f := range r.Features {
+		b.WriteString("\n  ")
+		b.WriteString(f.String())
+	}
+	return b.String()
+}
+
+func (r *SetupReport) add(fr FeatureResult) { r.Features = append(r.Features, fr) }
+
+// SetupOption configures EnsureCollection.
+type SetupOption func(*setupConfig)
+
+type setupConfig struct {
+	validator bool
+	ttlField  string
+	ttl       time.Duration
+	status    bool
+	errs      []error
+}
+
+// WithTTL sets the TTL index: envelopes are deleted after ttl has passed
+// since their field (a BSON date; default "last_seen", so the clock
+// restarts at each recapture). ttl is rounded down to whole seconds and
+// must be between 1 s and 2^31−1 s (the server's expireAfterSeconds
+// range); 0 turns the TTL index off (FeatureDisabled). Default:
+// DefaultTTL on DefaultTTLField. An empty field means DefaultTTLField.
+//
+// The server's TTL monitor runs every 60 s (ttlMonitorSleepSecs), so
+// deletions lag by up to a minute, more under load. The TTL index deletes
+// pending envelopes too: one not recaptured for ttl is gone, whether or
+// not it was replayed; size ttl to the longest a backlog may wait for a
+// fix.
+func WithTTL(field string, ttl time.Duration) SetupOption {
+	return func(c *setupConfig) {
+		if field == "" {
+			field = DefaultTTLField
+		}
+		switch {
+		case ttl == 0:
+		case ttl < time.Second:
+			c.errs = append(c.errs, fmt.Errorf("envelope: WithTTL(%q, %v): want 0 or at least 1s", field, ttl))
+			return
+		case ttl/time.Second > math.MaxInt32:
+			c.errs = append(c.errs, fmt.Errorf("envelope: WithTTL(%q, %v): over the server's maximum of 2147483647s", field, ttl))
+			return
+		}
+		c.ttlField, c.ttl = field, ttl
+	}
+}
+
+// WithoutValidator leaves the collection's validator alone
+// (FeatureDisabled).
+func WithoutValidator() SetupOption {
+	return func(c *setupConfig) { c.validator = false }
+}
+
+// WithoutStatusIndex does not create the {status, namespace, first_seen}
+// index (FeatureDisabled).
+func WithoutStatusIndex() SetupOption {
+	return func(c *setupConfig) { c.status = false }
+}
+
+// Validator returns the validator EnsureCollection gives the dead-letter
+// collection: a $jsonSchema requiring the envelope's core fields with
+// their BSON types. It is applied with validationLevel "moderate" and
+// validationAction "warn": the server logs a non-conforming envelope but
+// stores it (a dead-letter collection must never reject), and documents
+// that were already invalid are not checked on update.
+func Validator() bson.D {
+	intTypes := bson.A{"int", "long"}
+	strArray := bson.D{{Key: "bsonType", Value: "array"}, {Key: "items", Value: bson.D{{Key: "bsonType", Value: "string"}}}}
+	return bson.D{{Key: "$jsonSchema", Value: bson.D{
+		{Key: "bsonType", Value: "object"},
+		{Key: "required", Value: bson.A{
+			"fingerprint", "schema_version", "original", "failing_keywords", "failing_paths", "code",
+			"namespace", "operation", "first_seen", "last_seen", "attempts", "status",
+		}},
+		{Key: "properties", Value: bson.D{
+			{Key: "fingerprint", Value: bson.D{{Key: "bsonType", Value: "string"}}},
+			{Key: "schema_version", Value: bson.D{{Key: "bsonType", Value: intTypes}}},
+			{Key: "original", Value: bson.D{{Key: "bsonType", Value: "object"}}},
+			{Key: "failing_keywords", Value: strArray},
+			{Key: "failing_paths", Value: strArray},
+			{Key: "code", Value: bson.D{{Key: "bsonType", Value: intTypes}}},
+			{Key: "namespace", Value: bson.D{{Key: "bsonType", Value: "string"}}},
+			{Key: "operation", Value: bson.D{{Key: "bsonType", Value: "string"}}},
+			{Key: "first_seen", Value: bson.D{{Key: "bsonType", Value: "date"}}},
+			{Key: "last_seen", Value: bson.D{{Key: "bsonType", Value: "date"}}},
+			{Key: "attempts", Value: bson.D{{Key: "bsonType", Value: intTypes}, {Key: "minimum", Value: 1}}},
+			{Key: "status", Value: bson.D{{Key: "enum", Value: bson.A{StatusPending, StatusReplayed, StatusDiscarded}}}},
+		}},
+	}}}
+}
+
+// Validation level and action EnsureCollection sets with Validator.
+const (
+	ValidationLevel  = "moderate"
+	ValidationAction = "warn"
+)
+
+// EnsureCollection creates or updates the dead-letter collection name in
+// db and reports each feature (see SetupReport):
+//
+//   - collection: created unless it exists (a concurrent creation, 48
+//     NamespaceExists, counts as already).
+//   - validator: Validator() with validationLevel moderate and
+//     validationAction warn. A new collection is created with it; an
+//     existing one whose validator, level or action differ gets them with
+//     collMod. A server that refuses create with a validator (FerretDB:
+//     238 NotImplemented, nothing created) gets a plain create and a
+//     collMod; if that is refused too the validator is unsupported and the
+//     collection is still created.
+//   - fingerprint_index: a unique index on {fingerprint: 1}, required (an
+//     error when it cannot be had): it makes MongoSink's upserts race-safe.
+//     An existing non-unique index on those keys is reported as failed
+//     (drop it and run again).
+//   - ttl_index: an index on {last_seen: 1} with expireAfterSeconds (see
+//     WithTTL). An existing index on the same key with another period, or
+//     none, is changed with collMod {index: {keyPattern,
+//     expireAfterSeconds}} (MongoDB 5.1+ for turning a plain index into a
+//     TTL one): createIndexes would fail there with 85
+//     IndexOptionsConflict, so it is never sent for an existing key.
+//   - status_index: {status: 1, namespace: 1, first_seen: 1}.
+//
+// Indexes are matched by keys, not by name; a new index whose name is
+// already taken by other keys (86 IndexKeySpecsConflict) is created under
+// the name with a "_wg" suffix. Running EnsureCollection again reports
+// already for everything it did the first time; it is safe to run at
+// every start-up and from several processes at once.
+//
+// Optional features the server refuses with a code of UnsupportedCodes
+// are FeatureUnsupported, with the server's code and message, and the
+// call goes on. On FerretDB v1: collection applied, validator and
+// ttl_index unsupported (238), fingerprint_index and status_index
+// applied.
+//
+// The error is non-nil when the options are invalid, when listing or
+// creating the collection fails, when the fingerprint index cannot be had,
+// or when any feature ended FeatureFailed (after trying every feature);
+// the report holds what was done until then.
+func EnsureCollection(ctx context.Context, db *mongo.Database, name string, opts ...SetupOption) (SetupReport, error) {
+	cfg := setupConfig{validator: true, ttlField: DefaultTTLField, ttl: DefaultTTL, status: true}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	rep := SetupReport{}
+	if db == nil {
+		return rep, errors.New("envelope: EnsureCollection(nil database)")
+	}
+	rep.Namespace = db.Name() + "." + name
+	if name == "" {
+		return rep, errors.New("envelope: EnsureCollection: empty collection name")
+	}
+	if len(cfg.errs) > 0 {
+		return rep, errors.Join(cfg.errs...)
+	}
+	s := setup{db: db, name: name, cfg: cfg, rep: &rep}
+	if err := s.collection(ctx); err != nil {
+		return rep, err
+	}
+	if err := s.indexes(ctx); err != nil {
+		return rep, err
+	}
+	var failed []string
+	for _, f := range rep.Features {
+		if f.State == FeatureFailed {
+			failed = append(failed, f.String())
+		}
+	}
+	if len(failed) > 0 {
+		return rep, fmt.Errorf("envelope: setting up %s: %s", rep.Namespace, strings.Join(failed, "; "))
+	}
+	return rep, nil
+}
+
+type setup struct {
+	db   *mongo.Database
+	name string
+	cfg  setupConfig
+	rep  *SetupReport
+}
+
+// collInfo is the part of a listCollections entry EnsureCollection reads.
+type collInfo struct {
+	Type    string `bson:"type"`
+	Options struct {
+		Validator        bson.Raw `bson:"validator"`
+		ValidationLevel  string   `bson:"validationLevel"`
+		ValidationAction string   `bson:"validationAction"`
+	} `bson:"options"`
+}
+
+func (s *setup) info(ctx context.Context) (*collInfo, error) {
+	cur, err := s.db.ListCollections(ctx, bson.D{{Key: "name", Value: s.name}})
+	if err != nil {
+		return nil, fmt.Errorf("envelope: listCollections: %w", err)
+	}
+	defer cur.Close(ctx)
+	if !cur.Next(ctx) {
+		if err := cur.Err(); err != nil {
+			return nil, fmt.Errorf("envelope: listCollections: %w", err)
+		}
+		return nil, nil
+	}
+	var ci collInfo
+	if err := cur.Decode(&ci); err != nil {
+		return nil, fmt.Errorf("envelope: listCollections: %w", err)
+	}
+	if ci.Type != "" && ci.Type != "collection" {
+		return nil, fmt.Errorf("envelope: %s is a %s, not a collection", s.rep.Namespace, ci.Type)
+	}
+	return &ci, nil
+}
+
+func (s *setup) collection(ctx context.Context) error {
+	ci, err := s.info(ctx)
+	if err != nil {
+		return err
+	}
+	if ci == nil {
+		return s.create(ctx)
+	}
+	s.rep.add(FeatureResult{Feature: FeatureCollection, State: FeatureAlready})
+	if !s.cfg.validator {
+		s.rep.add(FeatureResult{Feature: FeatureValidator, State: FeatureDisabled})
+		return nil
+	}
+	if sameValidator(ci) {
+		s.rep.add(FeatureResult{Feature: FeatureValidator, State: FeatureAlready})
+		return nil
+	}
+	detail := "set with collMod"
+	if len(ci.Options.Validator) > 0 {
+		detail = "replaced with collMod"
+	}
+	s.rep.add(s.optional(FeatureValidator, detail, s.collMod(ctx)))
+	return nil
+}
+
+func sameValidator(ci *collInfo) bool {
+	if len(ci.Options.Validator) == 0 || ci.Options.ValidationLevel != ValidationLevel || ci.Options.ValidationAction != ValidationAction {
+		return false
+	}
+	want, err := bson.Marshal(Validator())
+	if err != nil {
+		return false
+	}
+	return Fingerprint(ci.Options.Validator, false) == Fingerprint(want, false)
+}
+
+func (s *setup) collMod(ctx context.Context) error {
+	return s.db.RunCommand(ctx, bson.D{
+		{Key: "collMod", Value: s.name},
+		{Key: "validator", Value: Validator()},
+		{Key: "validationLevel", Value: ValidationLevel},
+		{Key: "validationAction", Value: ValidationAction},
+	}).Err()
+}
+
+func (s *setup) create(ctx context.Context) error {
+	if !s.cfg.validator {
+		if err := s.createPlain(ctx); err != nil {
+			return err
+		}
+		s.rep.add(FeatureResult{Feature: FeatureValidator, State: FeatureDisabled})
+		return nil
+	}
+	err := s.db.CreateCollection(ctx, s.name, options.CreateCollection().
+		SetValidator(Validator()).SetValidationLevel(ValidationLevel).SetValidationAction(ValidationAction))
+	switch {
+	case err == nil:
+		s.rep.add(FeatureResult{Feature: FeatureCollection, State: FeatureApplied, Detail: "created"})
+		s.rep.add(FeatureResult{Feature: FeatureValidator, State: FeatureApplied, Detail: "created with the collection"})
+		return nil
+	case hasCode(err, codeNamespaceExists):
+		// Created meanwhile by someone else: treat as existing.
+		return s.collection(ctx)
+	case !isUnsupported(err):
+		return fmt.Errorf("envelope: creating %s: %w", s.rep.Namespace, err)
+	}
+	// The server refuses create with a validator: create, then collMod.
+	if err := s.createPlain(ctx); err != nil {
+		return err
+	}
+	if merr := s.collMod(ctx); merr != nil {
+		fr := s.optional(FeatureValidator, "", merr)
+		if fr.State == FeatureUnsupported {
+			code, codeName, msg := serverError(err)
+			fr.Code, fr.CodeName = code, codeName
+			fr.Message = msg + "; collMod: " + fr.Message
+			fr.Detail = "create with a validator and collMod both refused"
+		}
+		s.rep.add(fr)
+		return nil
+	}
+	s.rep.add(FeatureResult{Feature: FeatureValidator, State: FeatureApplied, Detail: "set with collMod (create with a validator was refused)"})
+	return nil
+}
+
+func (s *setup) createPlain(ctx context.Context) error {
+	err := s.db.CreateCollection(ctx, s.name)
+	switch {
+	case err == nil:
+		s.rep.add(FeatureResult{Feature: FeatureCollection, State: FeatureApplied, Detail: "created"})
+	case hasCode(err, codeNamespaceExists):
+		s.rep.add(FeatureResult{Feature: FeatureCollection, State: FeatureAlready, Detail: "created concurrently"})
+	default:
+		return fmt.Errorf("envelope: creating %s: %w", s.rep.Namespace, err)
+	}
+	return nil
+}
+
+// optional turns the outcome of an optional feature's command into a
+// result: applied (with detail), unsupported or failed.
+func (s *setup) optional(feature, detail string, err error) FeatureResult {
+	if err == nil {
+		return FeatureResult{Feature: feature, State: FeatureApplied, Detail: detail}
+	}
+	code, codeName, msg := serverError(err)
+	st := FeatureFailed
+	if isUnsupported(err) {
+		st = FeatureUnsupported
+	}
+	return FeatureResult{Feature: feature, State: st, Code: code, CodeName: codeName, Message: msg}
+}
+
+// indexInfo is the part of a listIndexes entry EnsureCollection reads.
+type indexInfo struct {
+	Name               string   `bson:"name"`
+	Key                bson.Raw `bson:"key"`
+	Unique             bool     `bson:"unique"`
+	ExpireAfterSeconds *float64 `bson:"expireAfterSeconds"`
+}
+
+func (s *setup) listIndexes(ctx context.Context) ([]indexInfo, error) {
+	cur, err := s.db.Collection(s.name).Indexes().List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("envelope: listIndexes: %w", err)
+	}
+	var out []indexInfo
+	for cur.Next(ctx) {
+		var ii indexInfo
+		if err := decodeIndex(cur.Current, &ii); err != nil {
+			_ = cur.Close(ctx)
+			return nil, fmt.Errorf("envelope: listIndexes: %w", err)
+		}
+		out = append(out, ii)
+	}
+	err = cur.Err()
+	_ = cur.Close(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("envelope: listIndexes: %w", err)
+	}
+	return out, nil
+}
+
+// decodeIndex reads an index spec, accepting expireAfterSeconds of any
+// numeric type and unique as a boolean or a number.
+func decodeIndex(raw bson.Raw, ii *indexInfo) error {
+	if v, err := raw.LookupErr("name"); err == nil {
+		ii.Name, _ = v.StringValueOK()
+	}
+	v, err := raw.LookupErr("key")
+	if err != nil {
+		return fmt.Errorf("index without key: %v", raw)
+	}
+	doc, ok := v.DocumentOK()
+	if !ok {
+		return fmt.Errorf("index key is not a document: %v", raw)
+	}
+	ii.Key = doc
+	if v, err := raw.LookupErr("unique"); err == nil {
+		ii.Unique = truthy(v)
+	}
+	if v, err := raw.LookupErr("expireAfterSeconds"); err == nil {
+		if f, ok := asFloat(v); ok {
+			ii.ExpireAfterSeconds = &f
+		}
+	}
+	return nil
+}
+
+func truthy(v bson.RawValue) bool {
+	if b, ok := v.BooleanOK(); ok {
+		return b
+	}
+	f, ok := asFloat(v)
+	return ok && f != 0
+}
+
+func asFloat(v bson.RawValue) (float64, bool) {
+	switch v.Type {
+	case bson.TypeInt32:
+		return float64(v.Int32()), true
+	case bson.TypeInt64:
+		return float64(v.Int64()), true
+	case bson.TypeDouble:
+		return v.Double(), true
+	}
+	return 0, false
+}
+
+// keyField is one field of an index key: its name and direction.
+type keyField struct {
+	name string
+	dir  float64
+}
+
+// sameKeys compares an index key document with want (names in order,
+// directions by numeric value, so 1, 1.0 and int64 1 are equal).
+func sameKeys(key bson.Raw, want []keyField) bool {
+	elems, err := key.Elements()
+	if err != nil || len(elems) != len(want) {
+		return false
+	}
+	for i, e := range elems {
+		f, ok := asFloat(e.Value())
+		if !ok || e.Key() != want[i].name || f != want[i].dir {
+			return false
+		}
+	}
+	return true
+}
+
+func keysDoc(k []keyField) bson.D {
+	d := make(bson.D, len(k))
+	for i, f := range k {
+		d[i] = bson.E{Key: f.name, Value: int32(f.dir)}
+	}
+	return d
+}
+
+func (s *setup) indexes(ctx context.Context) error {
+	idx, err := s.listIndexes(ctx)
+	if err != nil {
+		return err
+	}
+	fpKeys := []keyField{{"fingerprint", 1}}
+	fr := s.ensureIndex(ctx, idx, FeatureFingerprintIndex, FingerprintIndexName, fpKeys, true)
+	s.rep.add(fr)
+	if fr.State != FeatureApplied && fr.State != FeatureAlready {
+		return fmt.Errorf("envelope: %s: the unique index on fingerprint is required: %s", s.rep.Namespace, fr.String())
+	}
+	if s.cfg.ttl == 0 {
+		s.rep.add(FeatureResult{Feature: FeatureTTLIndex, State: FeatureDisabled})
+	} else {
+		s.rep.add(s.ensureTTL(ctx, idx))
+	}
+	if !s.cfg.status {
+		s.rep.add(FeatureResult{Feature: FeatureStatusIndex, State: FeatureDisabled})
+	} else {
+		s.rep.add(s.ensureIndex(ctx, idx, FeatureStatusIndex, StatusIndexName,
+			[]keyField{{"status", 1}, {"namespace", 1}, {"first_seen", 1}}, false))
+	}
+	return nil
+}
+
+func findIndex(idx []indexInfo, keys []keyField) *indexInfo {
+	for i := range idx {
+		if sameKeys(idx[i].Key, keys) {
+			return &idx[i]
+		}
+	}
+	return nil
+}
+
+func (s *setup) ensureIndex(ctx context.Context, idx []indexInfo, feature, name string, keys []keyField, unique bool) FeatureResult {
+	for round := 0; ; round++ {
+		if ex := findIndex(idx, keys); ex != nil {
+			if unique && !ex.Unique {
+				return FeatureResult{Feature: feature, State: FeatureFailed,
+					Message: fmt.Sprintf("index %q on %v exists but is not unique: drop it and run again", ex.Name, keysDoc(keys))}
+			}
+			return FeatureResult{Feature: feature, State: FeatureAlready, Detail: fmt.Sprintf("index %q", ex.Name)}
+		}
+		opts := options.Index().SetName(name)
+		if unique {
+			opts.SetUnique(true)
+		}
+		created, err := s.createIndex(ctx, mongo.IndexModel{Keys: keysDoc(keys), Options: opts}, name)
+		if err == nil {
+			return FeatureResult{Feature: feature, State: FeatureApplied, Detail: fmt.Sprintf("index %q created", created)}
+		}
+		if round == 0 && (hasCode(err, codeIndexOptionsConflict) || hasCode(err, codeIndexKeySpecsConflict)) {
+			// Created concurrently with other options: look again.
+			if idx, err = s.listIndexes(ctx); err == nil {
+				continue
+			}
+		}
+		fr := s.optional(feature, "", err)
+		return fr
+	}
+}
+
+// createIndex creates m, named name or, if that name is taken by other
+// keys (86 IndexKeySpecsConflict), name+"_wg". It returns the name used.
+func (s *setup) createIndex(ctx context.Context, m mongo.IndexModel, name string) (string, error) {
+	_, err := s.db.Collection(s.name).Indexes().CreateOne(ctx, m)
+	if err != nil && hasCode(err, codeIndexKeySpecsConflict) {
+		name += "_wg"
+		m.Options.SetName(name)
+		_, err = s.db.Collection(s.name).Indexes().CreateOne(ctx, m)
+	}
+	return name, err
+}
+
+func (s *setup) ensureTTL(ctx context.Context, idx []indexInfo) FeatureResult {
+	want := int64(s.cfg.ttl / time.Second)
+	name := s.cfg.ttlField + ttlIndexSuffix
+	for round := 0; ; round++ {
+		var ex *indexInfo
+		for _, dir := range []float64{1, -1} {
+			if ex = findIndex(idx, []keyField{{s.cfg.ttlField, dir}}); ex != nil {
+				break
+			}
+		}
+		if ex != nil {
+			if ex.ExpireAfterSeconds != nil && *ex.ExpireAfterSeconds == float64(want) {
+				return FeatureResult{Feature: FeatureTTLIndex, State: FeatureAlready,
+					Detail: fmt.Sprintf("index %q, expireAfterSeconds %d", ex.Name, want)}
+			}
+			detail := fmt.Sprintf("index %q made TTL (expireAfterSeconds %d) with collMod", ex.Name, want)
+			if ex.ExpireAfterSeconds != nil {
+				detail = fmt.Sprintf("index %q expireAfterSeconds changed from %s to %d with collMod", ex.Name,
+					strconv.FormatFloat(*ex.ExpireAfterSeconds, 'f', -1, 64), want)
+			}
+			err := s.db.RunCommand(ctx, bson.D{
+				{Key: "collMod", Value: s.name},
+				{Key: "index", Value: bson.D{{Key: "keyPattern", Value: ex.Key}, {Key: "expireAfterSeconds", Value: want}}},
+			}).Err()
+			return s.optional(FeatureTTLIndex, detail, err)
+		}
+		m := mongo.IndexModel{
+			Keys:    bson.D{{Key: s.cfg.ttlField, Value: int32(1)}},
+			Options: options.Index().SetName(name).SetExpireAfterSeconds(int32(want)),
+		}
+		created, err := s.createIndex(ctx, m, name)
+		if err == nil {
+			return FeatureResult{Feature: FeatureTTLIndex, State: FeatureApplied,
+				Detail: fmt.Sprintf("index %q created, expireAfterSeconds %d", created, want)}
+		}
+		if round == 0 && (hasCode(err, codeIndexOptionsConflict) || hasCode(err, codeIndexKeySpecsConflict)) {
+			if idx, err = s.listIndexes(ctx); err == nil {
+				continue
+			}
+		}
+		return s.optional(FeatureTTLIndex, "", err)
+	}
+}
+
+// serverError returns the code, code name and message of a server error
+// (0, "", err.Error() for other errors).
+func serverError(err error) (int32, string, string) {
+	var ce mongo.CommandError
+	if errors.As(err, &ce) {
+		return ce.Code, ce.Name, ce.Message
+	}
+	var we mongo.WriteException
+	if errors.As(err, &we) {
+		if len(we.WriteErrors) > 0 {
+			return int32(we.WriteErrors[0].Code), "", we.WriteErrors[0].Message
+		}
+		if we.WriteConcernError != nil {
+			return int32(we.WriteConcernError.Code), we.WriteConcernError.Name, we.WriteConcernError.Message
+		}
+	}
+	return 0, "", err.Error()
+}
+
+func hasCode(err error, code int32) bool {
+	c, _, _ := serverError(err)
+	return c == code
+}
+
+func isUnsupported(err error) bool {
+	c, _, _ := serverError(err)
+	return c != 0 && slices.Contains(UnsupportedCodes, c)
+}

@@ -1,0 +1,72 @@
+// Package replay drains a writeguard dead-letter collection (DLQ) after the
+// cause of the rejections is fixed: the target collection's validator was
+// widened, or the producer now sends valid documents and the backlog was
+// corrected. Run reads pending envelopes in batches, writes each one's
+// original through a target collection, and records the outcome in the
+// envelope:
+//
+//   - written: status replayed, replayed_at set;
+//   - rejected again by validation (121, or the envelope's own code): back
+//     to pending with attempts + 1 and last_seen now (the same envelope,
+//     not a new one);
+//   - a duplicate key on an _id already holding this payload: replayed (an
+//     earlier run, or a crashed one, wrote it);
+//   - any other duplicate key: a conflict, left pending;
+//   - any other failure: left pending, untouched, for the next run.
+//
+// Envelopes whose original was truncated to fit the 16 MiB limit, or
+// redacted by the sink's hook (unless WithRedacted), are skipped: their
+// original is not the payload that was rejected.
+//
+// # Idempotence and crash safety
+//
+// Each batch is one write to the target (an unordered BulkWrite of
+// insertOne models, or of the update/replace/delete models of bulkWrite
+// envelopes), then one unordered bulk update of the DLQ marking the
+// outcomes. An insert carries the original's _id, so it can happen once
+// only: a crash between the two writes leaves the envelope pending with
+// its document already in the target, and the next run meets a duplicate
+// key on that _id, reads the stored document, finds it equal (or the _id
+// was assigned by writeguard, so no one else can hold it) and marks the
+// envelope replayed. Running Run again after a complete run does nothing.
+//
+// Update, replace and delete models have no such guard: a crash between
+// the model's write and the DLQ update runs the model again on the next
+// run (at-least-once). Idempotent models ($set, replace by _id) are safe;
+// $inc and $push are not.
+//
+// # The target
+//
+// The target is any writeguard.Collection: a *mongo.Collection, or a
+// *writeguard.Guarded for retries of transient errors. Replay does the
+// dead-letter bookkeeping itself, so the target should NOT dead-letter:
+// build the replay's Guarded without writeguard.WithDeadLetter (rejected
+// documents then end "failed" with their 121, which Run reads). If it does
+// dead-letter (a document's disposition is dead_lettered), Run counts the
+// document as still invalid (Result.TargetDeadLettered) and leaves the
+// envelope alone, taking the target's sink to have recorded the recapture;
+// but the target computes the fingerprint with the replayed _id
+// (id_assigned false), so for envelopes whose _id writeguard had assigned
+// the target's sink makes a second envelope rather than counting an
+// attempt on the first.
+//
+// Replay writes only into the target's namespace: unless the Filter names
+// namespaces, Run selects the envelopes whose namespace is the target's
+// ("<database>.<collection>", from *mongo.Collection, or the Namespace
+// method of *writeguard.Guarded and of test doubles).
+//
+// # Dry run
+//
+// WithDryRun evaluates, with no write, how many selected envelopes the
+// target's validator would now accept: it reads the validator from
+// listCollections (or takes the one given with WithValidator), and runs on
+// the DLQ the aggregation
+//
+//	[{$match: <filter>}, {$replaceRoot: {newRoot: "$original"}}, {$match: <validator>}, {$count: "n"}]
+//
+// Servers that cannot run it (FerretDB v1: $replaceRoot is 238
+// NotImplemented and $jsonSchema in a query is 2 BadValue) make Run return
+// an error wrapping ErrDryRunUnsupported with the server's reason.
+//
+// Stats, Discard and the shared Filter live in package envelope.
+package replay

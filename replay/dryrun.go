@@ -1,0 +1,161 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/writeguard/writeguard"
+)
+
+// dryRunUnsupportedCodes are the server codes that mean "this server
+// cannot evaluate the dry run's pipeline": 238 NotImplemented (FerretDB:
+// $replaceRoot), 2 BadValue (FerretDB: unknown top level operator
+// $jsonSchema), 40324 (unrecognized pipeline stage name), 168
+// InvalidPipelineOperator, 115 CommandNotSupported, 59 CommandNotFound.
+var dryRunUnsupportedCodes = map[int32]bool{238: true, 2: true, 40324: true, 168: true, 115: true, 59: true}
+
+// TargetCollection returns the *mongo.Collection behind a target: the
+// target itself, or the collection a *writeguard.Guarded built with
+// writeguard.Wrap embeds; nil otherwise.
+func TargetCollection(target writeguard.Collection) *mongo.Collection {
+	switch t := target.(type) {
+	case *mongo.Collection:
+		return t
+	case *writeguard.Guarded:
+		if t.Collection != nil {
+			return t.Collection
+		}
+		if c, ok := t.Target().(*mongo.Collection); ok {
+			return c
+		}
+	}
+	return nil
+}
+
+// CurrentValidator returns the validator of coll as listCollections
+// reports it (options.validator), or nil when it has none.
+func CurrentValidator(ctx context.Context, coll *mongo.Collection) (bson.Raw, error) {
+	cur, err := coll.Database().ListCollections(ctx, bson.D{{Key: "name", Value: coll.Name()}})
+	if err != nil {
+		return nil, fmt.Errorf("replay: listCollections: %w", err)
+	}
+	defer cur.Close(ctx)
+	if !cur.Next(ctx) {
+		if err := cur.Err(); err != nil {
+			return nil, fmt.Errorf("replay: listCollections: %w", err)
+		}
+		return nil, nil // no such collection yet: no validator
+	}
+	var info struct {
+		Options struct {
+			Validator bson.Raw `bson:"validator"`
+		} `bson:"options"`
+	}
+	if err := cur.Decode(&info); err != nil {
+		return nil, fmt.Errorf("replay: listCollections: %w", err)
+	}
+	if len(info.Options.Validator) <= 5 {
+		return nil, nil
+	}
+	return info.Options.Validator, nil
+}
+
+func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collection, q bson.D, cfg *config) (Result, error) {
+	res := Result{DryRun: true}
+	var validator bson.Raw
+	if cfg.validator != nil {
+		raw, err := toRaw(cfg.validator)
+		if err != nil {
+			return res, fmt.Errorf("replay: WithValidator: %w", err)
+		}
+		validator = raw
+	} else {
+		coll := TargetCollection(target)
+		if coll == nil {
+			return res, fmt.Errorf("replay: dry run: cannot read the validator of a %T target (use a *mongo.Collection, a Guarded made with writeguard.Wrap, or WithValidator)", target)
+		}
+		v, err := CurrentValidator(ctx, coll)
+		if err != nil {
+			return res, err
+		}
+		validator = v
+	}
+	res.Validator = validator
+
+	matched, err := dlq.CountDocuments(ctx, q)
+	if err != nil {
+		return res, fmt.Errorf("replay: dry run: counting envelopes: %w", err)
+	}
+	res.Matched, res.Scanned = matched, matched
+	eligible := bson.D{
+		{Key: "$and", Value: bson.A{q}},
+		{Key: "original._id", Value: bson.D{{Key: "$exists", Value: true}}},
+		{Key: "original_truncated", Value: bson.D{{Key: "$ne", Value: true}}},
+	}
+	if !cfg.redacted {
+		eligible = append(eligible, bson.E{Key: "original_redacted", Value: bson.D{{Key: "$ne", Value: true}}})
+	}
+	n, err := dlq.CountDocuments(ctx, eligible)
+	if err != nil {
+		return res, fmt.Errorf("replay: dry run: counting envelopes: %w", err)
+	}
+	res.Undetermined = matched - n
+	if validator == nil {
+		res.WouldPass = n
+		return res, nil
+	}
+	pipeline := mongo.Pipeline{
+		{{Key: "$match", Value: eligible}},
+		{{Key: "$replaceRoot", Value: bson.D{{Key: "newRoot", Value: "$original"}}}},
+		{{Key: "$match", Value: validator}},
+		{{Key: "$count", Value: "n"}},
+	}
+	cur, err := dlq.Aggregate(ctx, pipeline)
+	if err != nil {
+		return res, unsupported(err)
+	}
+	defer cur.Close(ctx)
+	var pass int64
+	if cur.Next(ctx) {
+		var c struct {
+			N int64 `bson:"n"`
+		}
+		if err := cur.Decode(&c); err != nil {
+			return res, fmt.Errorf("replay: dry run: %w", err)
+		}
+		pass = c.N
+	}
+	if err := cur.Err(); err != nil {
+		return res, unsupported(err)
+	}
+	res.WouldPass, res.WouldFail = pass, n-pass
+	return res, nil
+}
+
+// unsupported wraps a server's refusal of the dry-run pipeline in
+// ErrDryRunUnsupported, and other errors plainly.
+func unsupported(err error) error {
+	var ce mongo.CommandError
+	if errors.As(err, &ce) && dryRunUnsupportedCodes[ce.Code] {
+		return fmt.Errorf("replay: %w: %d %s: %s", ErrDryRunUnsupported, ce.Code, ce.Name, ce.Message)
+	}
+	return fmt.Errorf("replay: dry run: %w", err)
+}
+
+func toRaw(v any) (bson.Raw, error) {
+	switch t := v.(type) {
+	case bson.Raw:
+		return t, t.Validate()
+	case []byte:
+		return bson.Raw(t), bson.Raw(t).Validate()
+	}
+	b, err := bson.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}

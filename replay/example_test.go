@@ -1,0 +1,79 @@
+package replay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/replay"
+)
+
+// After widening the orders validator, check what would now pass, then
+// drain the backlog of envelopes rejected for a missing qty.
+func ExampleRun() {
+	ctx := context.Background()
+	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://localhost:27017"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(ctx) }()
+	db := client.Database("shop")
+	dlq := db.Collection("orders_dlq")
+
+	// The replay's target retries transient errors but does NOT
+	// dead-letter: replay records rejections in the envelopes itself.
+	target, err := writeguard.Wrap(db.Collection("orders"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	filter := envelope.Filter{Paths: []string{"qty"}}
+
+	dry, err := replay.Run(ctx, dlq, target, replay.WithFilter(filter), replay.WithDryRun())
+	switch {
+	case errors.Is(err, replay.ErrDryRunUnsupported):
+		log.Print(err) // e.g. FerretDB: no $replaceRoot
+	case err != nil:
+		log.Fatal(err)
+	default:
+		fmt.Printf("%d of %d would pass now\n", dry.WouldPass, dry.Matched)
+	}
+
+	res, err := replay.Run(ctx, dlq, target,
+		replay.WithFilter(filter),
+		replay.WithBatchSize(500),
+		replay.WithRate(2000), // documents per second
+		replay.WithProgress(func(p replay.Progress) {
+			log.Printf("batch %d: %d replayed, %d still invalid", p.Batches, p.Replayed, p.StillInvalid)
+		}),
+	)
+	if err != nil {
+		log.Print(err) // what was not marked stays pending: run again later
+	}
+	fmt.Printf("replayed %d, still invalid %d, conflicts %d, failed %d, skipped %d\n",
+		res.Replayed, res.StillInvalid, res.Conflicts, res.Failed, res.Skipped)
+	for _, p := range res.Problems {
+		fmt.Println(p.Outcome, p.Fingerprint, p.Code, p.Reason)
+	}
+}
+
+// Try a proposed validator against the backlog before applying it.
+func ExampleWithValidator() {
+	ctx := context.Background()
+	var dlq, orders *mongo.Collection
+
+	proposed := bson.D{{Key: "$jsonSchema", Value: bson.D{
+		{Key: "properties", Value: bson.D{{Key: "qty", Value: bson.D{{Key: "bsonType", Value: "number"}}}}},
+	}}}
+	res, err := replay.Run(ctx, dlq, orders, replay.WithDryRun(), replay.WithValidator(proposed))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("would pass %d, would still fail %d, cannot tell %d\n", res.WouldPass, res.WouldFail, res.Undetermined)
+}
