@@ -135,9 +135,11 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 // an upsert that hits a duplicate key is run again up to
 // WithUpsertConflictRetries times.
 //
-// On success it returns exactly what the driver returns; after retries the
-// counts are summed over the attempts and UpsertedIDs are keyed by the
-// caller's indices. Otherwise it returns that result and a *Report. Inside
+// On success it returns exactly what the driver returns; after retries
+// InsertedCount counts the insert models stored (each once), the other
+// counts are summed over the attempts (an update re-sent after a lost
+// reply under WithIdempotent may be counted twice), and UpsertedIDs are
+// keyed by the caller's indices. Otherwise it returns that result and a *Report. Inside
 // a transaction it makes one attempt and returns the driver's result and
 // error unchanged.
 func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts ...options.Lister[options.BulkWriteOptions]) (*mongo.BulkWriteResult, error) {
@@ -185,8 +187,12 @@ func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts
 			return res, nil
 		}
 	}
+	// The driver's partial results cannot say which insert of a split
+	// bulk write was applied before a lost reply, so inserted documents
+	// are counted from the dispositions: every insert model stored once.
+	total.InsertedCount = 0
 	for _, it := range c.items {
-		if it.kind == kindInsert && it.disp == AlreadyWritten {
+		if it.kind == kindInsert && it.disp.Stored() {
 			total.InsertedCount++
 		}
 		if it.disp == Unacknowledged {

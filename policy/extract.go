@@ -34,8 +34,8 @@ import (
 //     allowed on a replica set member or mongos": Code 20.
 //
 // Ambiguous is set when the write may have been applied: network errors
-// (unless labelled NoWritesPerformed; a server selection error sent
-// nothing), timeouts other than ErrDeadlineWouldBeExceeded (never sent),
+// (unless labelled NoWritesPerformed; a server selection error, even one
+// ended by the context's deadline, sent nothing), timeouts other than ErrDeadlineWouldBeExceeded (never sent),
 // a cancelled context, and write concern errors. RetryAfter is parsed from
 // a Cosmos DB errmsg ("RetryAfterMs=8") or a baseBackoffMS field.
 //
@@ -132,14 +132,16 @@ func commandFailure(err error) Failure {
 	switch {
 	case errors.Is(err, driver.ErrDeadlineWouldBeExceeded):
 		f.Origin = OriginTimeout // not sent: not ambiguous
+	case errors.As(err, new(topology.ServerSelectionError)):
+		// No server was selected, so nothing was sent, whatever ended the
+		// selection (its timeout, or the context's deadline).
+		f.Origin = OriginNetwork
 	case errors.Is(err, context.Canceled):
 		f.Origin, f.Ambiguous = OriginContext, true
 	case mongo.IsNetworkError(err):
 		f.Origin, f.Ambiguous = OriginNetwork, true
 	case mongo.IsTimeout(err):
 		f.Origin, f.Ambiguous = OriginTimeout, true
-	case errors.As(err, new(topology.ServerSelectionError)):
-		f.Origin = OriginNetwork // nothing was sent
 	case errors.Is(err, driver.ErrUnsupportedStorageEngine):
 		f.Origin, f.Code, f.CodeName = OriginServer, 20, "IllegalOperation"
 	}
