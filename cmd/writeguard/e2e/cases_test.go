@@ -1704,7 +1704,7 @@ func cbSpanNames(spans []sdktrace.ReadOnlySpan) []string {
 func cbAttrs(kvs []attribute.KeyValue) map[string]string {
 	m := map[string]string{}
 	for _, kv := range kvs {
-		m[string(kv.Key)] = kv.Value.Emit()
+		m[string(kv.Key)] = kv.Value.String()
 	}
 	return m
 }
@@ -1716,12 +1716,12 @@ func cbSpanText(spans []sdktrace.ReadOnlySpan) string {
 		b.WriteString(s.Name())
 		b.WriteString(s.Status().Description)
 		for _, kv := range s.Attributes() {
-			b.WriteString(string(kv.Key) + "=" + kv.Value.Emit() + ";")
+			b.WriteString(string(kv.Key) + "=" + kv.Value.String() + ";")
 		}
 		for _, ev := range s.Events() {
 			b.WriteString(ev.Name)
 			for _, kv := range ev.Attributes {
-				b.WriteString(string(kv.Key) + "=" + kv.Value.Emit() + ";")
+				b.WriteString(string(kv.Key) + "=" + kv.Value.String() + ";")
 			}
 		}
 	}
