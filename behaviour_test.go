@@ -332,3 +332,26 @@ func TestDeadLetteredModelEnvelope(t *testing.T) {
 		t.Errorf("original %s: want only op and model, no $-prefixed keys", env.Original)
 	}
 }
+
+// When retries run out after replies were lost, the possibly applied
+// inserts are read back before they are called exhausted.
+func TestExhaustedAfterLostRepliesReadsBack(t *testing.T) {
+	fake := mocks.NewFake("db.lost").Script(mocks.LoseReply(), mocks.LoseReply(), mocks.LoseReply())
+	fx := newFixture(t, fake, writeguard.WithBackoff(policy.Backoff{MaxAttempts: 3, Jitter: func() float64 { return 0 }}))
+	_, err := fx.g.InsertMany(ctx, []any{bson.D{{Key: "n", Value: 1}}, bson.D{{Key: "n", Value: 2}}})
+	if err != nil {
+		t.Fatalf("err = %v, want success: both documents were stored by the first attempt", err)
+	}
+	if len(fake.Calls()) != 3 || len(fake.Docs()) != 2 {
+		t.Errorf("%d calls, %d stored; want 3 and 2", len(fake.Calls()), len(fake.Docs()))
+	}
+	t.Run("read fails", func(t *testing.T) {
+		fake := mocks.NewFake("db.lost2").Script(mocks.DropConnection(), mocks.DropConnection(), mocks.DropConnection())
+		fx := newFixture(t, fake, writeguard.WithBackoff(policy.Backoff{MaxAttempts: 3}))
+		_, err := fx.g.InsertOne(ctx, bson.D{{Key: "n", Value: 1}})
+		var r *writeguard.Report
+		if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.Exhausted || !r.Outcomes[0].MaybeWritten {
+			t.Fatalf("err = %v, want exhausted, flagged MaybeWritten", err)
+		}
+	})
+}

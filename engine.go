@@ -123,11 +123,12 @@ func prepare(doc any) (raw bson.Raw, id bson.RawValue, assigned bool, err error)
 	if doc == nil {
 		return nil, bson.RawValue{}, false, mongo.ErrNilDocument
 	}
+	own := false // the caller's own bytes, not bson.Marshal's output
 	switch d := doc.(type) {
 	case bson.Raw:
-		raw = d
+		raw, own = d, true
 	case []byte:
-		raw = bson.Raw(d)
+		raw, own = d, true
 	default:
 		b, err := bson.Marshal(doc)
 		if err != nil {
@@ -135,8 +136,11 @@ func prepare(doc any) (raw bson.Raw, id bson.RawValue, assigned bool, err error)
 		}
 		raw = b
 	}
-	if err := raw.Validate(); err != nil {
-		return nil, bson.RawValue{}, false, fmt.Errorf("invalid BSON document: %w", err)
+	if own {
+		// Check the caller's bytes once, here, rather than on the server.
+		if err := raw.Validate(); err != nil {
+			return nil, bson.RawValue{}, false, fmt.Errorf("invalid BSON document: %w", err)
+		}
 	}
 	if v, err := raw.LookupErr("_id"); err == nil {
 		return raw, v, false, nil
@@ -523,7 +527,7 @@ func (c *call) handleConflict(ctx context.Context, it *item) {
 // retry go again, and waits the backoff. It returns the delay waited.
 func (c *call) scheduleRetry(ctx context.Context) time.Duration {
 	g := c.g
-	var retry []*item
+	var retry, spent []*item
 	var cause *item
 	var serverDelay time.Duration
 	for _, it := range c.items {
@@ -535,7 +539,7 @@ func (c *call) scheduleRetry(ctx context.Context) time.Duration {
 			limit = g.cfg.throttledAttempts
 		}
 		if it.attempts >= limit {
-			c.settle(it, Exhausted)
+			spent = append(spent, it)
 			continue
 		}
 		retry = append(retry, it)
@@ -546,6 +550,7 @@ func (c *call) scheduleRetry(ctx context.Context) time.Duration {
 			serverDelay = it.fail.RetryAfter
 		}
 	}
+	c.exhaust(ctx, spent)
 	c.stopOrderedAfterUnhandled()
 	if len(retry) == 0 {
 		return 0
@@ -555,37 +560,66 @@ func (c *call) scheduleRetry(ctx context.Context) time.Duration {
 	if serverDelay > delay {
 		delay = serverDelay
 	}
-	giveUp := func(d Disposition, err error) time.Duration {
-		if err != nil {
-			c.extra = append(c.extra, err)
-		}
-		for _, it := range retry {
-			if d == Exhausted && it.maybe && err != nil {
-				c.settle(it, OutcomeUnknown)
-			} else {
-				c.settle(it, d)
-			}
-		}
+	giveUp := func() time.Duration {
+		c.exhaust(ctx, retry)
 		c.stopOrderedAfterUnhandled()
 		return 0
 	}
 	if max := g.cfg.backoff.MaxElapsed; max > 0 && g.cfg.clock.Now().Add(delay).Sub(c.start) > max {
-		return giveUp(Exhausted, nil)
+		return giveUp()
 	}
 	if !g.cfg.budget.Allow() {
 		g.hooks.BudgetExhausted(ctx, &hooks.BudgetExhausted{Op: c.op, Documents: len(retry), Code: cause.fail.Code})
 		g.logBudget(ctx, c.op.Name, len(retry))
-		return giveUp(Exhausted, nil)
+		return giveUp()
 	}
 	g.hooks.RetryScheduled(ctx, &hooks.Retry{Op: c.op, Attempt: c.attempts + 1, Delay: delay, Documents: len(retry), Code: cause.fail.Code, Class: cause.class})
 	if err := policy.Wait(ctx, g.cfg.clock, delay); err != nil {
-		return giveUp(Exhausted, err)
+		// The context ended (or its deadline is too close for the wait):
+		// what was in flight may be stored, and there is no time left to
+		// read it back.
+		c.extra = append(c.extra, err)
+		for _, it := range retry {
+			if it.maybe {
+				c.settle(it, OutcomeUnknown)
+			} else {
+				c.settle(it, Exhausted)
+			}
+		}
+		c.stopOrderedAfterUnhandled()
+		return 0
 	}
 	c.retries++
 	for _, it := range retry {
 		it.retry = false
 	}
 	return delay
+}
+
+// exhaust ends items whose retries are spent (attempts, elapsed time or
+// budget). Inserts that may have been applied by an earlier attempt are
+// read back first, in one query: those found stored and equal end
+// already_written, not exhausted. If the read fails they end exhausted,
+// flagged MaybeWritten.
+func (c *call) exhaust(ctx context.Context, its []*item) {
+	var ids bson.A
+	for _, it := range its {
+		if it.maybe && it.kind == kindInsert {
+			ids = append(ids, it.id)
+		}
+	}
+	if len(ids) > 0 && ctx.Err() == nil {
+		if stored, err := c.readBack(ctx, ids); err == nil {
+			for _, it := range its {
+				if doc, ok := stored[idKey(it.id)]; ok && it.maybe && it.kind == kindInsert && sameDocument(doc, it.doc) {
+					c.settle(it, AlreadyWritten)
+				}
+			}
+		}
+	}
+	for _, it := range its {
+		c.settle(it, Exhausted)
+	}
 }
 
 // finish reports the end of the call and builds its error.
