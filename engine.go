@@ -8,6 +8,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/policy"
@@ -492,8 +493,29 @@ func contains(its []*item, x *item) bool {
 	return false
 }
 
+// readBack reads the stored documents with the given _ids, in one query
+// whose first reply holds them all (no getMore, so no cursor to lose when
+// the pool is cleared under it). A retryable read error is retried with
+// the write backoff, up to 3 reads.
 func (c *call) readBack(ctx context.Context, ids bson.A) (map[string]bson.Raw, error) {
-	cur, err := c.g.target.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	for attempt := 1; ; attempt++ {
+		out, err := c.readOnce(ctx, ids)
+		if err == nil || attempt == 3 || ctx.Err() != nil {
+			return out, err
+		}
+		fs := policy.Extract(err)
+		if len(fs) == 0 || !c.g.classifier.Classify(fs[0]).Retryable() {
+			return nil, err
+		}
+		if policy.Wait(ctx, c.g.cfg.clock, c.g.cfg.backoff.Delay(attempt)) != nil {
+			return nil, err
+		}
+	}
+}
+
+func (c *call) readOnce(ctx context.Context, ids bson.A) (map[string]bson.Raw, error) {
+	filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}
+	cur, err := c.g.target.Find(ctx, filter, options.Find().SetBatchSize(int32(len(ids))))
 	if err != nil {
 		return nil, err
 	}

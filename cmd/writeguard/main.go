@@ -1,24 +1,134 @@
-// Command writeguard is the writeguard command-line tool.
+// Command writeguard shows and operates writeguard.
 //
-// This is a placeholder until the real CLI lands: it prints usage and
-// exits with status 2 for any command.
+//	writeguard demo                 load real order lines through a guarded collection
+//	writeguard dlq stats|list|show|replay|discard
+//	                                inspect and drain a dead-letter collection
+//
+// Run "writeguard help" or "writeguard <command> --help" for the flags.
+//
+// Exit status: 0 success; 1 operational failure (server unreachable, a
+// write or read failed); 2 usage error (unknown command or flag, bad
+// value); 3 the data check failed (demo: the accounting check; dlq
+// replay: documents are still invalid, or conflicts remain).
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
+	"syscall"
 )
 
-const usage = `usage: writeguard <command> [arguments]
+// Exit statuses scripts can rely on.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+	exitCheck = 3
+)
 
-No commands are implemented yet.
+const usage = `writeguard — guarded MongoDB writes: retry what is transient, dead-letter
+what is invalid, resolve duplicates, account for every document.
+
+Usage:
+  writeguard demo [flags]            load 42,481 real order lines through writeguard
+                                     against an embedded server with injected faults
+  writeguard dlq stats [flags]       summarise a dead-letter collection
+  writeguard dlq list [flags]        list envelopes
+  writeguard dlq show [flags] ID     show one envelope (fingerprint, prefix, or _id)
+  writeguard dlq replay [flags]      write pending originals to their collection
+  writeguard dlq discard [flags]     give pending envelopes up
+  writeguard help [command]          this text, or a command's flags
+
+Every command takes --help.
+
+Exit status:
+  0  success
+  1  operational failure (server unreachable, a write or read failed)
+  2  usage error (unknown command or flag, bad value); the message names it
+  3  check failed: demo accounting (rows lost or duplicated), or dlq replay
+     left documents still invalid or in conflict
 `
 
 func main() {
-	if len(os.Args) > 1 {
-		fmt.Fprintf(os.Stderr, "writeguard: unknown command %q\n", os.Args[1])
-	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
 
-	fmt.Fprint(os.Stderr, usage)
-	os.Exit(2)
+// run is the whole command, for tests: args without the program name.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "demo":
+		return runDemo(ctx, args[1:], stdout, stderr)
+	case "dlq":
+		return runDLQ(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 && args[0] == "help" {
+			return run(ctx, append(args[1:], "--help"), stdout, stderr)
+		}
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "writeguard: unknown command %q\n\n%s", args[0], usage)
+		return exitUsage
+	}
+}
+
+// parseFlags parses args with fs, allowing flags after positional
+// arguments ("show ID --json"). It returns the positional arguments and
+// an exit status when the caller must stop: 0 after --help (usage printed
+// on stdout), 2 after a bad flag (the flag package's message, which names
+// the flag, is on stderr).
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) ([]string, int, bool) {
+	// The flag package prints the usage on its own after -help and after
+	// a bad flag; print it once, on stdout, for -help only.
+	usage := fs.Usage
+	fs.Usage = func() {}
+	defer func() { fs.Usage = usage }()
+	fs.SetOutput(stderr)
+	var pos []string
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			usage()
+			return nil, exitOK, true
+		}
+		if err != nil {
+			// The flag package has printed the error, naming the flag.
+			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", fs.Name())
+			return nil, exitUsage, true
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, 0, false
+		}
+		if rest[0] == "--" {
+			return append(pos, rest[1:]...), 0, false
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// usageError prints a usage error naming what was wrong and returns 2.
+func usageError(stderr io.Writer, cmd, format string, args ...any) int {
+	fmt.Fprintf(stderr, "writeguard %s: %s\nRun 'writeguard %s --help' for usage.\n", cmd, fmt.Sprintf(format, args...), cmd)
+	return exitUsage
+}
+
+// failure prints an operational error and returns 1.
+func failure(stderr io.Writer, cmd string, err error) int {
+	fmt.Fprintf(stderr, "writeguard %s: %v\n", cmd, err)
+	return exitFail
 }

@@ -20,7 +20,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/goleak"
 
-	"github.com/writeguard/writeguard/cmd/writeguard/internal/embedded"
+	"github.com/writeguard/writeguard/cmd/writeguard/embedded"
 	"github.com/writeguard/writeguard/envelope"
 )
 

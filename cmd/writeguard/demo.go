@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/writeguard/writeguard/cmd/writeguard/internal/demo"
+	"github.com/writeguard/writeguard/cmd/writeguard/internal/progress"
+	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/hooks"
+)
+
+const demoUsage = `Usage: writeguard demo [flags]
+
+Loads the December 2010 order lines of UCI "Online Retail" (42,481 real,
+dirty rows, embedded in the binary) into writeguard_demo.orders through a
+guarded collection, and shows what writeguard did with each row:
+
+  - a $jsonSchema validator rejects 1,171 rows (Quantity < 1, UnitPrice 0,
+    non-product StockCode): they are dead-lettered into
+    writeguard_demo.dead_letters with their failing keyword and path;
+  - 500 rows repeat an earlier row exactly; their _id is derived from the
+    row's content, so they meet the _id index (11000) and are skipped;
+  - by default the server is an embedded FerretDB behind faultproxy, which
+    emulates the validator and injects a seeded schedule of faults:
+    stepdowns (189, 10107), replies dropped after the write was applied,
+    and write conflicts (112). writeguard retries them with backoff.
+
+It ends with the accounting check: every row has exactly one disposition,
+is where that disposition says, and no document is stored twice.
+
+The demo DROPS writeguard_demo.orders and writeguard_demo.dead_letters
+(or the --db you name) before it starts.
+
+Flags:
+`
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("writeguard demo", flag.ContinueOnError)
+	var cfg demo.Config
+	var asJSON bool
+	var trace string
+	fs.StringVar(&cfg.URI, "uri", "", "MongoDB `URI` to use instead of the embedded server: a real validator, no injected faults")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "keep the embedded server's data in `DIR`, for 'writeguard dlq --data-dir DIR' afterwards")
+	fs.Int64Var(&cfg.Seed, "seed", demo.DefaultSeed, "seed of the fault schedule (embedded server)")
+	fs.BoolVar(&cfg.NoFaults, "no-faults", false, "inject no faults (the validator is still emulated)")
+	fs.IntVar(&cfg.Batch, "batch", demo.DefaultBatch, "documents per InsertMany (unordered)")
+	fs.IntVar(&cfg.Workers, "workers", demo.DefaultWorkers, "concurrent InsertMany calls")
+	fs.IntVar(&cfg.Limit, "limit", 0, "load only the first `N` rows (0: all 42,481)")
+	fs.StringVar(&cfg.Database, "db", demo.DefaultDatabase, "`database` of the target (orders) and dead-letter (dead_letters) collections")
+	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of the tables")
+	fs.StringVar(&trace, "trace", "", "write the OpenTelemetry spans of every guarded call to `FILE` (JSON, one span per object)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), demoUsage)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), "\nExit status: 0 ok; 1 operational failure or interrupted (the accounting is still\nprinted); 2 usage error; 3 accounting check failed.\n")
+	}
+	pos, code, stop := parseFlags(fs, args, stdout, stderr)
+	if stop {
+		return code
+	}
+	switch {
+	case len(pos) > 0:
+		return usageError(stderr, "demo", "unexpected argument %q", pos[0])
+	case cfg.Batch < 1 || cfg.Batch > 100000:
+		return usageError(stderr, "demo", "-batch %d: want 1..100000", cfg.Batch)
+	case cfg.Workers < 1 || cfg.Workers > 64:
+		return usageError(stderr, "demo", "-workers %d: want 1..64", cfg.Workers)
+	case cfg.Limit < 0:
+		return usageError(stderr, "demo", "-limit %d: want ≥ 0", cfg.Limit)
+	case cfg.URI != "" && cfg.DataDir != "":
+		return usageError(stderr, "demo", "-data-dir applies to the embedded server only; drop it or -uri")
+	case cfg.Database == "":
+		return usageError(stderr, "demo", "-db must not be empty")
+	}
+	if f, ok := stdout.(*os.File); ok && progress.IsTerminal(f) {
+		cfg.Progress = stderr
+	}
+	if trace != "" {
+		h, shutdown, err := startTrace(trace)
+		if err != nil {
+			return failure(stderr, "demo", err)
+		}
+		defer func() {
+			if err := shutdown(context.Background()); err != nil {
+				fmt.Fprintf(stderr, "writeguard demo: trace: %v\n", err)
+			}
+		}()
+		cfg.Hooks = []hooks.Hooks{h}
+	}
+	res, err := demo.Run(ctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "writeguard demo: interrupted before the writes started (%v)\n", err)
+			return exitFail
+		}
+		return failure(stderr, "demo", err)
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return failure(stderr, "demo", err)
+		}
+	} else {
+		printDemo(stdout, res, cfg, trace)
+	}
+	switch {
+	case !res.OK:
+		return exitCheck
+	case res.Interrupted:
+		fmt.Fprintln(stderr, "writeguard demo: interrupted; the rows not sent are not_attempted, nothing was lost")
+		return exitFail
+	}
+	return exitOK
+}
+
+// n formats an integer with thousands separators.
+func n[T ~int | ~int64](v T) string {
+	s := fmt.Sprint(int64(v))
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func pct(part, whole int) string {
+	if whole == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f %%", 100*float64(part)/float64(whole))
+}
+
+func printDemo(w io.Writer, r *demo.Result, cfg demo.Config, trace string) {
+	server := "embedded FerretDB (SQLite) behind faultproxy: validator emulated, "
+	if r.FaultsActive {
+		server += fmt.Sprintf("faults injected (seed %d)", r.Seed)
+	} else {
+		server += "no faults"
+	}
+	if r.Server != "embedded-ferretdb" {
+		server = "MongoDB at --uri: real $jsonSchema validator, no injected faults"
+	}
+	fmt.Fprintf(w, "writeguard demo: %s order lines (UCI Online Retail, Dec 2010) -> %s\n", n(r.Input), r.Namespace)
+	fmt.Fprintf(w, "server:  %s\n", server)
+	fmt.Fprintf(w, "writes:  InsertMany, unordered, %d per batch, %d workers: %d batches in %.2fs\n",
+		r.BatchSize, r.Workers, r.Batches, r.WriteSeconds)
+	if r.Interrupted {
+		fmt.Fprintln(w, "INTERRUPTED: batches not started are counted not_attempted")
+	}
+	fmt.Fprintln(w)
+
+	line := func(name string, v int, note string) {
+		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-18s %8s  %8s  %s", name, n(v), pct(v, r.Input), note), " "))
+	}
+	fmt.Fprintln(w, "DISPOSITIONS (one per row)")
+	line("written", r.Written, "")
+	line("already_written", r.AlreadyWritten, "reply lost after the write was applied; read back: ours")
+	line("dead_lettered", r.DeadLettered, "rejected by the validator -> "+r.DLQ.Namespace)
+	for _, k := range sortedKeys(r.KeywordPaths) {
+		fmt.Fprintf(w, "    %-18s %6s\n", k, n(r.KeywordPaths[k]))
+	}
+	line("conflicts", r.Conflicts, "duplicate rows (same content = same _id): conflict_skipped")
+	if r.DuplicatesReadBack > 0 {
+		fmt.Fprintf(w, "  %-18s %8s  %8s  (%s of them met their twin after a lost reply: read back identical)\n", "", "", "", n(r.DuplicatesReadBack))
+	}
+	line("failed", r.Failed, "unknown or permanent error, not retried; in the Report")
+	line("exhausted", r.Exhausted, "transient errors until attempts or retry budget ran out")
+	line("unknown", r.Unknown, "in flight when the call stopped; may be written")
+	line("not_attempted", r.NotAttempted, "never sent")
+	for _, k := range sortedKeys(r.Other) {
+		line(k, r.Other[k], "")
+	}
+	line("total", r.Written+r.AlreadyWritten+r.DeadLettered+r.Conflicts+r.Failed+r.Exhausted+r.Unknown+r.NotAttempted+sum(r.Other), "")
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "AMPLIFICATION")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  attempts (driver calls)\t%s for %s batches: %s retries%s\n", n(r.Attempts), n(r.Batches), n(r.Retries), causes(r.RetriesByCause))
+	fmt.Fprintf(tw, "  documents sent\t%s = %.4f per row\n", n(r.DocumentsSent), r.Amplification)
+	fmt.Fprintf(tw, "  server commands\t%s = %.4f per row (%s)\n", n(r.ServerCommands), r.CommandsPerDocument, kv(r.ServerCommandsByName))
+	if len(r.Faults) > 0 {
+		fmt.Fprintf(tw, "  faults injected\t%s\n", kv(r.Faults))
+	}
+	if r.BudgetExhausted > 0 {
+		fmt.Fprintf(tw, "  retry budget refused\t%s retries\n", n(r.BudgetExhausted))
+	}
+	tw.Flush()
+
+	s := r.DLQ.Summary
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "DEAD-LETTER QUEUE %s: %s envelopes (%s captures), %s pending\n", r.DLQ.Namespace, n(s.Envelopes), n(s.Attempts), n(s.Pending))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  by keyword\t%s\n", groups(s.ByKeyword))
+	fmt.Fprintf(tw, "  by path\t%s\n", groups(s.ByPath))
+	var codes []string
+	for _, c := range s.ByCode {
+		codes = append(codes, fmt.Sprintf("%s %s", codeString(c), n(c.Envelopes)))
+	}
+	fmt.Fprintf(tw, "  by code\t%s\n", strings.Join(codes, ", "))
+	fmt.Fprintf(tw, "  setup\t%s\n", r.DLQ.Setup)
+	tw.Flush()
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "ACCOUNTING")
+	mark := func(ok bool) string {
+		if ok {
+			return "ok"
+		}
+		return "FAILED"
+	}
+	sumAll := r.Written + r.AlreadyWritten + r.DeadLettered + r.Conflicts + r.Failed + r.Exhausted + r.Unknown + r.NotAttempted + sum(r.Other)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  rows in = sum of dispositions\t%s = %s\t%s\n", n(r.Input), n(sumAll), mark(sumAll == r.Input))
+	fmt.Fprintf(tw, "  target documents\t%s, %s distinct _ids, %s expected, %s missing\t%s\n",
+		n(r.Target.Documents), n(r.Target.DistinctIDs), n(r.Target.Expected), n(r.Target.Missing), mark(r.Target.Missing == 0))
+	fmt.Fprintf(tw, "  duplicates in target\t%s\t%s\n", n(r.Duplicates), mark(r.Duplicates == 0))
+	fmt.Fprintf(tw, "  lost\t%s\t%s\n", n(r.Lost), mark(r.Lost == 0))
+	tw.Flush()
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "  PROBLEM: %s\n", p)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "elapsed %.2fs", r.ElapsedSeconds)
+	if r.OK {
+		fmt.Fprint(w, "; check passed")
+	} else {
+		fmt.Fprint(w, "; CHECK FAILED")
+	}
+	fmt.Fprintln(w)
+	if r.DataDir != "" && cfg.DataDir != "" {
+		fmt.Fprintf(w, "next:    writeguard dlq stats --data-dir %s\n", cfg.DataDir)
+	}
+	if trace != "" {
+		fmt.Fprintf(w, "trace:   %s\n", trace)
+	}
+}
+
+func sum(m map[string]int) int {
+	t := 0
+	for _, v := range m {
+		t += v
+	}
+	return t
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func kv[V ~int | ~int64](m map[string]V) string {
+	keys := sortedKeys(m)
+	sort.SliceStable(keys, func(i, j int) bool { return m[keys[i]] > m[keys[j]] })
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %s", k, n(m[k])))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func causes(m map[string]int64) string {
+	if len(m) == 0 {
+		return ""
+	}
+	return " (by code: " + kv(m) + ")"
+}
+
+// codeNames names the codes a write error carries without a codeName.
+var codeNames = map[int32]string{121: "DocumentValidationFailure", 11000: "DuplicateKey", 112: "WriteConflict"}
+
+func codeString(c envelope.CodeGroup) string {
+	if c.CodeName == "" {
+		c.CodeName = codeNames[c.Code]
+	}
+	return c.String()
+}

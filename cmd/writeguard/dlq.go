@@ -1,0 +1,835 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/cmd/writeguard/internal/conn"
+	"github.com/writeguard/writeguard/cmd/writeguard/internal/demo"
+	"github.com/writeguard/writeguard/cmd/writeguard/internal/progress"
+	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/mocks/faultproxy"
+	"github.com/writeguard/writeguard/mocks/faultproxy/jsonschema"
+	"github.com/writeguard/writeguard/policy"
+	"github.com/writeguard/writeguard/replay"
+)
+
+const dlqUsage = `Usage: writeguard dlq <stats|list|show|replay|discard> [flags]
+
+Inspect and drain a writeguard dead-letter collection (DLQ): the envelopes
+a guarded collection stored for documents the server rejected as invalid.
+
+  stats     counts by status, failing keyword, path, code and namespace
+  list      one line per envelope (newest first)
+  show ID   one envelope in full: original document and errInfo
+            (ID: fingerprint, a prefix of it, or the document's _id)
+  replay    write pending originals into their collection; envelopes
+            written become "replayed", the ones rejected again stay pending
+  discard   mark pending envelopes "discarded" (never replayed)
+
+The server is --uri (a MongoDB deployment) or --data-dir (the embedded
+server's files that 'writeguard demo --data-dir DIR' left). Run
+'writeguard dlq <command> --help' for each command's flags.
+
+Exit status: 0 ok; 1 operational failure; 2 usage error; 3 replay left
+documents still invalid or in conflict.
+`
+
+func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, dlqUsage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, dlqUsage)
+		return exitOK
+	case "stats", "list", "show", "replay", "discard":
+		return runDLQCommand(ctx, args[0], args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "writeguard dlq: unknown command %q\n\n%s", args[0], dlqUsage)
+	return exitUsage
+}
+
+// listFlag is a repeatable, comma-separated string flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error {
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l = append(*l, p)
+		}
+	}
+	return nil
+}
+
+type codeFlag []int32
+
+func (c *codeFlag) String() string { return fmt.Sprint([]int32(*c)) }
+func (c *codeFlag) Set(s string) error {
+	for _, p := range strings.Split(s, ",") {
+		v, err := strconv.ParseInt(strings.TrimSpace(p), 10, 32)
+		if err != nil || v <= 0 {
+			return fmt.Errorf("%q is not a positive error code", p)
+		}
+		*c = append(*c, int32(v))
+	}
+	return nil
+}
+
+// dlqFlags are the flags every dlq command takes.
+type dlqFlags struct {
+	uri, dataDir, db, coll string
+	asJSON                 bool
+
+	keywords, paths, namespaces, statuses listFlag
+	codes                                 codeFlag
+	olderThan, newerThan                  time.Duration
+
+	// list
+	limit int
+	// replay, discard
+	dryRun    bool
+	batch     int
+	validator string
+	all       bool
+}
+
+var dlqCommandHelp = map[string]string{
+	"stats": `Usage: writeguard dlq stats [flags]
+
+Counts the envelopes the filters select (every status unless --status says),
+by status, failing keyword, failing path, error code and namespace.
+`,
+	"list": `Usage: writeguard dlq list [flags]
+
+Lists the envelopes the filters select, newest first (every status unless
+--status says), at most --limit of them.
+`,
+	"show": `Usage: writeguard dlq show [flags] ID
+
+Shows one envelope in full, its original document and the server's errInfo
+as Extended JSON. ID is a fingerprint, a unique prefix of one (at least 6
+hex digits), or the dead-lettered document's _id.
+`,
+	"replay": `Usage: writeguard dlq replay [flags]
+
+Writes the originals of the pending envelopes the filters select into
+their collection (the envelope's namespace), in batches, through a guarded
+collection that retries transient errors. Written envelopes become
+"replayed"; those rejected again stay pending with one more attempt;
+duplicates of a document already written by an earlier (or interrupted)
+replay count as replayed. Running it again is safe: it resumes where an
+interrupted run stopped and never writes a document twice.
+
+With --data-dir there is no validator (the demo's validator lived in its
+proxy): the replay runs under a widened validator, i.e. none, unless
+--validator FILE names one (Extended JSON, e.g. {"$jsonSchema": {...}}),
+which is then enforced on the replayed writes. With --uri the target
+collection's own validator applies: widen it (collMod) first.
+
+--dry-run writes nothing and says how many envelopes would pass the
+validator (the target's, or --validator FILE's).
+`,
+	"discard": `Usage: writeguard dlq discard [flags]
+
+Marks the pending envelopes the filters select "discarded": they are kept
+for inspection but never replayed (a recapture of the same payload makes
+one pending again). At least one filter, or --all, is required.
+`,
+}
+
+func runDLQCommand(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
+	name := "dlq " + cmd
+	fs := flag.NewFlagSet("writeguard "+name, flag.ContinueOnError)
+	var f dlqFlags
+	fs.StringVar(&f.uri, "uri", "", "MongoDB `URI` of the deployment holding the dead-letter collection")
+	fs.StringVar(&f.dataDir, "data-dir", "", "use the embedded server's data in `DIR` (as left by 'writeguard demo --data-dir DIR')")
+	fs.StringVar(&f.db, "db", demo.DefaultDatabase, "`database` of the dead-letter collection")
+	fs.StringVar(&f.coll, "dlq", demo.DefaultDLQ, "dead-letter `collection`")
+	fs.BoolVar(&f.asJSON, "json", false, "print JSON instead of a table")
+	if cmd != "show" {
+		fs.Var(&f.keywords, "keyword", "select envelopes with this failing `keyword` (minimum, pattern, required, ...); repeatable or comma-separated")
+		fs.Var(&f.paths, "path", "select envelopes failing on this dotted `path` (Quantity, address.zip); repeatable")
+		fs.Var(&f.codes, "code", "select envelopes by server error `code` (121); repeatable")
+		fs.Var(&f.namespaces, "namespace", "select envelopes of this target `db.collection`; repeatable")
+		fs.Var(&f.statuses, "status", "select envelopes by `status`: pending, replayed, discarded; repeatable")
+		fs.DurationVar(&f.olderThan, "older-than", 0, "select envelopes first seen more than `DURATION` ago (e.g. 1h, 72h)")
+		fs.DurationVar(&f.newerThan, "newer-than", 0, "select envelopes first seen at most `DURATION` ago")
+	}
+	switch cmd {
+	case "list":
+		fs.IntVar(&f.limit, "limit", 20, "list at most `N` envelopes (0: all)")
+	case "replay":
+		fs.BoolVar(&f.dryRun, "dry-run", false, "write nothing; say how many envelopes would pass the validator")
+		fs.IntVar(&f.batch, "batch", replay.DefaultBatchSize, "envelopes per batch")
+		fs.StringVar(&f.validator, "validator", "", "with --data-dir: enforce the validator in `FILE` (Extended JSON) on the replayed writes")
+	case "discard":
+		fs.BoolVar(&f.dryRun, "dry-run", false, "discard nothing; say how many envelopes would be discarded")
+		fs.BoolVar(&f.all, "all", false, "discard every pending envelope (when no filter is given)")
+	}
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), dlqCommandHelp[cmd])
+		fmt.Fprintln(fs.Output(), "\nFlags:")
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), "\nExit status: 0 ok; 1 operational failure; 2 usage error")
+		if cmd == "replay" {
+			fmt.Fprint(fs.Output(), "; 3 documents still invalid or in conflict")
+		}
+		fmt.Fprintln(fs.Output(), ".")
+	}
+	pos, code, stop := parseFlags(fs, args, stdout, stderr)
+	if stop {
+		return code
+	}
+
+	// Usage checks, before any connection.
+	switch {
+	case cmd == "show" && len(pos) != 1:
+		return usageError(stderr, name, "want exactly one ID (fingerprint, prefix, or document _id), got %d arguments", len(pos))
+	case cmd != "show" && len(pos) > 0:
+		return usageError(stderr, name, "unexpected argument %q", pos[0])
+	case f.uri == "" && f.dataDir == "":
+		return usageError(stderr, name, "need -uri URI or -data-dir DIR to find the dead-letter collection")
+	case f.uri != "" && f.dataDir != "":
+		return usageError(stderr, name, "-uri and -data-dir are exclusive")
+	case f.limit < 0:
+		return usageError(stderr, name, "-limit %d: want ≥ 0", f.limit)
+	case cmd == "replay" && (f.batch < 1 || f.batch > replay.MaxBatchSize):
+		return usageError(stderr, name, "-batch %d: want 1..%d", f.batch, replay.MaxBatchSize)
+	case f.validator != "" && f.uri != "":
+		return usageError(stderr, name, "-validator applies to -data-dir only; with -uri widen the collection's validator (collMod) and replay")
+	}
+	if d, err := os.Stat(f.dataDir); f.dataDir != "" && (err != nil || !d.IsDir()) {
+		return usageError(stderr, name, "-data-dir %s: not a directory (run 'writeguard demo --data-dir %s' first)", f.dataDir, f.dataDir)
+	}
+	filter := envelope.Filter{
+		Keywords: f.keywords, Paths: f.paths, Codes: f.codes, Namespaces: f.namespaces,
+		Statuses: f.statuses, OlderThan: f.olderThan, NewerThan: f.newerThan,
+	}
+	if err := filter.Validate(); err != nil {
+		return usageError(stderr, name, "%v", strings.TrimPrefix(err.Error(), "envelope: "))
+	}
+	if cmd == "replay" || cmd == "discard" {
+		for _, s := range f.statuses {
+			if s != envelope.StatusPending && !(cmd == "replay" && s == envelope.StatusReplayed) {
+				return usageError(stderr, name, "-status %s: %s acts on pending envelopes only", s, cmd)
+			}
+		}
+	}
+	if cmd == "discard" && filter.IsZero() && !f.all {
+		return usageError(stderr, name, "no filter: give -keyword/-path/-code/-namespace/-older-than/... or -all to discard every pending envelope")
+	}
+	var validator bson.D
+	if f.validator != "" {
+		v, err := readValidator(f.validator)
+		if err != nil {
+			return usageError(stderr, name, "-validator %s: %v", f.validator, err)
+		}
+		validator = v
+	}
+
+	var script *faultproxy.Script
+	if validator != nil {
+		script, _ = faultproxy.NewScript() // validators are set once the namespaces are known
+	}
+	c, err := conn.Open(ctx, conn.Options{URI: f.uri, DataDir: f.dataDir, Script: script})
+	if err != nil {
+		return failure(stderr, name, err)
+	}
+	defer c.Close(context.Background())
+	dlq := c.Client.Database(f.db).Collection(f.coll)
+	if err := checkDLQExists(ctx, c.Client.Database(f.db), f.coll); err != nil {
+		return failure(stderr, name, err)
+	}
+
+	switch cmd {
+	case "stats":
+		return dlqStats(ctx, dlq, filter, f, stdout, stderr)
+	case "list":
+		return dlqList(ctx, dlq, filter, f, stdout, stderr)
+	case "show":
+		return dlqShow(ctx, dlq, pos[0], f, stdout, stderr)
+	case "replay":
+		return dlqReplay(ctx, c, dlq, filter, f, validator, stdout, stderr)
+	default:
+		return dlqDiscard(ctx, dlq, filter, f, stdout, stderr)
+	}
+}
+
+func checkDLQExists(ctx context.Context, db *mongo.Database, coll string) error {
+	names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: coll}})
+	if err != nil {
+		return fmt.Errorf("list collections of %s: %w", db.Name(), err)
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("no dead-letter collection %s.%s (wrong -db or -dlq?)", db.Name(), coll)
+	}
+	return nil
+}
+
+// readValidator reads a validator document from an Extended JSON file.
+func readValidator(path string) (bson.D, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var v bson.D
+	if err := bson.UnmarshalExtJSON(data, false, &v); err != nil {
+		return nil, fmt.Errorf("not an Extended JSON document: %w", err)
+	}
+	if _, err := jsonschema.Compile(v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// ---- stats ----
+
+func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, stdout, stderr io.Writer) int {
+	s, err := envelope.Stats(ctx, dlq, filter)
+	if err != nil {
+		return failure(stderr, "dlq stats", err)
+	}
+	if f.asJSON {
+		out := map[string]any{
+			"collection":   f.db + "." + f.coll,
+			"envelopes":    s.Envelopes,
+			"attempts":     s.Attempts,
+			"pending":      s.Pending,
+			"by_status":    groupMap(s.ByStatus),
+			"by_keyword":   groupMap(s.ByKeyword),
+			"by_path":      groupMap(s.ByPath),
+			"by_code":      codeMap(s.ByCode),
+			"by_namespace": groupMap(s.ByNamespace),
+		}
+		if !s.OldestPending.IsZero() {
+			out["oldest_pending"] = s.OldestPending
+			out["oldest_pending_age_seconds"] = int64(s.OldestPendingAge.Seconds())
+		}
+		if err := writeJSON(stdout, out); err != nil {
+			return failure(stderr, "dlq stats", err)
+		}
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "%s.%s: %s envelopes (%s captures), %s pending", f.db, f.coll, n(s.Envelopes), n(s.Attempts), n(s.Pending))
+	if !s.OldestPending.IsZero() {
+		fmt.Fprintf(stdout, ", oldest pending first seen %s ago", s.OldestPendingAge.Round(time.Second))
+	}
+	fmt.Fprintln(stdout)
+	width := 12
+	for _, gs := range [][]envelope.Group{s.ByKeyword, s.ByPath, s.ByNamespace} {
+		for _, g := range gs {
+			width = max(width, len(g.Key)+2)
+		}
+	}
+	for _, c := range s.ByCode {
+		width = max(width, len(codeString(c))+2)
+	}
+	section := func(title string, gs []envelope.Group) {
+		if len(gs) == 0 {
+			return
+		}
+		fmt.Fprintf(stdout, "\n%-*s %10s %10s\n", width, title, "ENVELOPES", "CAPTURES")
+		for _, g := range gs {
+			fmt.Fprintf(stdout, "  %-*s %10s %10s\n", width-2, g.Key, n(g.Envelopes), n(g.Attempts))
+		}
+	}
+	section("STATUS", s.ByStatus)
+	section("KEYWORD", s.ByKeyword)
+	section("PATH", s.ByPath)
+	var codes []envelope.Group
+	for _, c := range s.ByCode {
+		codes = append(codes, envelope.Group{Key: codeString(c), Envelopes: c.Envelopes, Attempts: c.Attempts})
+	}
+	section("CODE", codes)
+	section("NAMESPACE", s.ByNamespace)
+	return exitOK
+}
+
+func groupMap(gs []envelope.Group) map[string]int64 {
+	m := make(map[string]int64, len(gs))
+	for _, g := range gs {
+		m[g.Key] = g.Envelopes
+	}
+	return m
+}
+
+func codeMap(gs []envelope.CodeGroup) map[string]int64 {
+	m := make(map[string]int64, len(gs))
+	for _, g := range gs {
+		m[strconv.Itoa(int(g.Code))] = g.Envelopes
+	}
+	return m
+}
+
+// groups formats a breakdown on one line: "minimum 990, pattern 198".
+func groups(gs []envelope.Group) string {
+	parts := make([]string, 0, len(gs))
+	for _, g := range gs {
+		parts = append(parts, fmt.Sprintf("%s %s", g.Key, n(g.Envelopes)))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ---- list ----
+
+type listed struct {
+	ID              string    `json:"id"`
+	Fingerprint     string    `json:"fingerprint"`
+	DocumentID      string    `json:"document_id"`
+	Status          string    `json:"status"`
+	Code            int32     `json:"code"`
+	CodeName        string    `json:"code_name,omitempty"`
+	FailingKeywords []string  `json:"failing_keywords"`
+	FailingPaths    []string  `json:"failing_paths"`
+	Namespace       string    `json:"namespace"`
+	Attempts        int       `json:"attempts"`
+	FirstSeen       time.Time `json:"first_seen"`
+	LastSeen        time.Time `json:"last_seen"`
+}
+
+func toListed(raw bson.Raw) (listed, error) {
+	var e envelope.Envelope
+	if err := bson.Unmarshal(raw, &e); err != nil {
+		return listed{}, err
+	}
+	return listed{
+		ID: rawString(raw.Lookup("_id")), Fingerprint: e.Fingerprint, DocumentID: rawString(e.DocumentID),
+		Status: e.Status, Code: e.Code, CodeName: e.CodeName, FailingKeywords: e.FailingKeywords,
+		FailingPaths: e.FailingPaths, Namespace: e.Namespace, Attempts: e.Attempts,
+		FirstSeen: e.FirstSeen, LastSeen: e.LastSeen,
+	}, nil
+}
+
+// rawString renders a BSON value compactly: strings bare, ObjectIDs as
+// hex, anything else as relaxed Extended JSON.
+func rawString(v bson.RawValue) string {
+	if s, ok := v.StringValueOK(); ok {
+		return s
+	}
+	if oid, ok := v.ObjectIDOK(); ok {
+		return oid.Hex()
+	}
+	if v.Type == 0 {
+		return ""
+	}
+	return v.String()
+}
+
+func dlqList(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, stdout, stderr io.Writer) int {
+	q, err := filter.Query(time.Now())
+	if err != nil {
+		return usageError(stderr, "dlq list", "%v", err)
+	}
+	fo := options.Find().SetSort(bson.D{{Key: "last_seen", Value: -1}, {Key: "_id", Value: -1}}).
+		SetProjection(bson.D{{Key: "original", Value: 0}, {Key: "err_info", Value: 0}})
+	if f.limit > 0 {
+		fo.SetLimit(int64(f.limit))
+	}
+	cur, err := dlq.Find(ctx, q, fo)
+	if err != nil {
+		return failure(stderr, "dlq list", err)
+	}
+	defer cur.Close(ctx)
+	var items []listed
+	for cur.Next(ctx) {
+		l, err := toListed(cur.Current)
+		if err != nil {
+			return failure(stderr, "dlq list", fmt.Errorf("decode envelope: %w", err))
+		}
+		items = append(items, l)
+	}
+	if err := cur.Err(); err != nil {
+		return failure(stderr, "dlq list", err)
+	}
+	if f.asJSON {
+		if items == nil {
+			items = []listed{}
+		}
+		if err := writeJSON(stdout, items); err != nil {
+			return failure(stderr, "dlq list", err)
+		}
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FINGERPRINT\tDOCUMENT _ID\tSTATUS\tCODE\tKEYWORDS\tPATHS\tATTEMPTS\tLAST SEEN\tNAMESPACE")
+	for _, l := range items {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\n", l.Fingerprint[:min(12, len(l.Fingerprint))], l.DocumentID,
+			l.Status, l.Code, strings.Join(l.FailingKeywords, ","), strings.Join(l.FailingPaths, ","), l.Attempts,
+			l.LastSeen.UTC().Format(time.RFC3339), l.Namespace)
+	}
+	tw.Flush()
+	fmt.Fprintf(stdout, "%d envelopes listed", len(items))
+	if f.limit > 0 && len(items) == f.limit {
+		fmt.Fprintf(stdout, " (limit %d; -limit 0 lists all)", f.limit)
+	}
+	fmt.Fprintln(stdout)
+	return exitOK
+}
+
+// ---- show ----
+
+var hexRE = regexp.MustCompile(`^[0-9a-f]{6,64}$`)
+
+func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, stdout, stderr io.Writer) int {
+	var found []bson.Raw
+	find := func(q bson.D) error {
+		cur, err := dlq.Find(ctx, q, options.Find().SetLimit(2))
+		if err != nil {
+			return err
+		}
+		defer cur.Close(ctx)
+		for cur.Next(ctx) {
+			found = append(found, append(bson.Raw(nil), cur.Current...))
+		}
+		return cur.Err()
+	}
+	var err error
+	switch {
+	case len(id) == 64 && hexRE.MatchString(id):
+		err = find(bson.D{{Key: "fingerprint", Value: id}})
+	case hexRE.MatchString(id):
+		err = find(bson.D{{Key: "fingerprint", Value: bson.D{{Key: "$regex", Value: "^" + id}}}})
+	}
+	if err == nil && len(found) == 0 {
+		err = find(bson.D{{Key: "document_id", Value: id}})
+	}
+	if err == nil && len(found) == 0 {
+		if oid, perr := bson.ObjectIDFromHex(id); perr == nil {
+			err = find(bson.D{{Key: "_id", Value: oid}})
+		}
+	}
+	if err != nil {
+		return failure(stderr, "dlq show", err)
+	}
+	switch len(found) {
+	case 0:
+		fmt.Fprintf(stderr, "writeguard dlq show: no envelope with fingerprint, fingerprint prefix or document _id %q\n", id)
+		return exitFail
+	case 2:
+		return usageError(stderr, "dlq show", "%q matches several envelopes: give more of the fingerprint", id)
+	}
+	raw := found[0]
+	if f.asJSON {
+		js, err := bson.MarshalExtJSON(raw, false, false)
+		if err != nil {
+			return failure(stderr, "dlq show", err)
+		}
+		var v any
+		_ = json.Unmarshal(js, &v)
+		if err := writeJSON(stdout, v); err != nil {
+			return failure(stderr, "dlq show", err)
+		}
+		return exitOK
+	}
+	l, err := toListed(raw)
+	if err != nil {
+		return failure(stderr, "dlq show", err)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "fingerprint\t%s\n", l.Fingerprint)
+	fmt.Fprintf(tw, "document _id\t%s\n", l.DocumentID)
+	fmt.Fprintf(tw, "namespace\t%s\n", l.Namespace)
+	fmt.Fprintf(tw, "status\t%s\n", l.Status)
+	fmt.Fprintf(tw, "code\t%s\n", codeString(envelope.CodeGroup{Code: l.Code, CodeName: l.CodeName}))
+	fmt.Fprintf(tw, "errmsg\t%s\n", rawString(raw.Lookup("errmsg")))
+	fmt.Fprintf(tw, "failing keywords\t%s\n", strings.Join(l.FailingKeywords, ", "))
+	fmt.Fprintf(tw, "failing paths\t%s\n", strings.Join(l.FailingPaths, ", "))
+	fmt.Fprintf(tw, "attempts\t%d\n", l.Attempts)
+	fmt.Fprintf(tw, "first seen\t%s\n", l.FirstSeen.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(tw, "last seen\t%s\n", l.LastSeen.UTC().Format(time.RFC3339Nano))
+	for _, k := range []string{"replayed_at", "discarded_at", "trace_id"} {
+		if v, err := raw.LookupErr(k); err == nil {
+			fmt.Fprintf(tw, "%s\t%s\n", strings.ReplaceAll(k, "_", " "), rawString(v))
+		}
+	}
+	tw.Flush()
+	for _, k := range []string{"original", "err_info"} {
+		v, err := raw.LookupErr(k)
+		if err != nil {
+			continue
+		}
+		doc, ok := v.DocumentOK()
+		if !ok {
+			continue
+		}
+		js, err := bson.MarshalExtJSONIndent(doc, false, false, "  ", "  ")
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(stdout, "%s:\n  %s\n", k, js)
+	}
+	return exitOK
+}
+
+// ---- discard ----
+
+func dlqDiscard(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, stdout, stderr io.Writer) int {
+	filter = filter.WithDefaultStatus(envelope.StatusPending)
+	var count int64
+	var err error
+	if f.dryRun {
+		var s envelope.Summary
+		s, err = envelope.Stats(ctx, dlq, filter)
+		count = s.Pending
+	} else {
+		count, err = envelope.Discard(ctx, dlq, filter)
+	}
+	if err != nil {
+		return failure(stderr, "dlq discard", err)
+	}
+	left, err := envelope.Stats(ctx, dlq, envelope.Filter{Statuses: []string{envelope.StatusPending}})
+	if err != nil {
+		return failure(stderr, "dlq discard", err)
+	}
+	if f.asJSON {
+		if err := writeJSON(stdout, map[string]any{"dry_run": f.dryRun, "discarded": count, "pending": left.Pending}); err != nil {
+			return failure(stderr, "dlq discard", err)
+		}
+		return exitOK
+	}
+	if f.dryRun {
+		fmt.Fprintf(stdout, "would discard %s envelopes (%s pending in %s.%s)\n", n(count), n(left.Pending), f.db, f.coll)
+	} else {
+		fmt.Fprintf(stdout, "discarded %s envelopes; %s pending left in %s.%s\n", n(count), n(left.Pending), f.db, f.coll)
+	}
+	return exitOK
+}
+
+// ---- replay ----
+
+type replayOut struct {
+	Namespace string `json:"namespace"`
+	replay.Result
+}
+
+func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, validator bson.D, stdout, stderr io.Writer) int {
+	// Which namespaces have envelopes to replay?
+	sel := filter.WithDefaultStatus(envelope.StatusPending)
+	st, err := envelope.Stats(ctx, dlq, sel)
+	if err != nil {
+		return failure(stderr, "dlq replay", err)
+	}
+	if validator != nil && c.Proxy != nil {
+		var items []faultproxy.ScriptItem
+		for _, g := range st.ByNamespace {
+			items = append(items, faultproxy.Validator(g.Key, validator))
+		}
+		script, err := faultproxy.NewScript(items...)
+		if err != nil {
+			return usageError(stderr, "dlq replay", "-validator %s: %v", f.validator, err)
+		}
+		c.Proxy.SetScript(script)
+	}
+	var bar *progress.Bar
+	if fo, ok := stdout.(*os.File); ok && progress.IsTerminal(fo) && !f.dryRun {
+		bar = progress.New(stderr, "replaying", int(st.Envelopes))
+		defer bar.Finish()
+	}
+	outs := []replayOut{}
+	var runErr error
+	done := int64(0)
+	for _, g := range st.ByNamespace {
+		db, coll, ok := strings.Cut(g.Key, ".")
+		if !ok {
+			fmt.Fprintf(stderr, "writeguard dlq replay: skipping %d envelopes with namespace %q (no collection)\n", g.Envelopes, g.Key)
+			continue
+		}
+		target, err := writeguard.Wrap(c.Client.Database(db).Collection(coll),
+			writeguard.WithBackoff(policy.Backoff{Base: 50 * time.Millisecond, Cap: 2 * time.Second, MaxAttempts: 6}))
+		if err != nil {
+			return failure(stderr, "dlq replay", err)
+		}
+		nf := sel
+		nf.Namespaces = []string{g.Key}
+		opts := []replay.Option{replay.WithFilter(nf), replay.WithBatchSize(f.batch)}
+		base := done
+		opts = append(opts, replay.WithProgress(func(p replay.Progress) {
+			if bar != nil {
+				bar.Add(int(base + p.Scanned - done))
+				done = base + p.Scanned
+			}
+		}))
+		var res replay.Result
+		if f.dryRun {
+			res, err = dryRun(ctx, dlq, target, nf, validator, opts)
+		} else {
+			res, err = replay.Run(ctx, dlq, target, opts...)
+		}
+		outs = append(outs, replayOut{Namespace: g.Key, Result: res})
+		if err != nil {
+			runErr = fmt.Errorf("%s: %w", g.Key, err)
+			break
+		}
+	}
+	left, lerr := envelope.Stats(context.WithoutCancel(ctx), dlq, sel)
+	if f.asJSON {
+		out := map[string]any{"dry_run": f.dryRun, "namespaces": outs}
+		if lerr == nil {
+			out["pending"] = left.Pending
+		}
+		if runErr != nil {
+			out["error"] = runErr.Error()
+		}
+		if err := writeJSON(stdout, out); err != nil {
+			return failure(stderr, "dlq replay", err)
+		}
+	} else {
+		printReplay(stdout, outs, f, validator)
+		if lerr == nil && !f.dryRun {
+			fmt.Fprintf(stdout, "pending left (this filter): %s\n", n(left.Pending))
+		}
+	}
+	if runErr != nil {
+		return failure(stderr, "dlq replay", runErr)
+	}
+	var still, conflicts, failed int64
+	for _, o := range outs {
+		still += o.StillInvalid
+		conflicts += o.Conflicts
+		failed += o.Failed
+	}
+	switch {
+	case failed > 0:
+		fmt.Fprintf(stderr, "writeguard dlq replay: %d envelopes failed (left pending); run again\n", failed)
+		return exitFail
+	case still > 0 || conflicts > 0:
+		return exitCheck
+	}
+	return exitOK
+}
+
+func printReplay(w io.Writer, outs []replayOut, f dlqFlags, validator bson.D) {
+	if len(outs) == 0 {
+		fmt.Fprintln(w, "nothing to replay: no pending envelope matches")
+		return
+	}
+	for _, o := range outs {
+		if o.DryRun {
+			src := "the target's validator"
+			if validator != nil {
+				src = f.validator
+			} else if o.Validator == nil {
+				src = "no validator (the target has none)"
+			}
+			fmt.Fprintf(w, "dry run %s against %s: %s envelopes match; %s would pass, %s would fail, %s undetermined\n",
+				o.Namespace, src, n(o.Matched), n(o.WouldPass), n(o.WouldFail), n(o.Undetermined))
+			continue
+		}
+		fmt.Fprintf(w, "replayed %s: %s envelopes in %d batches, %.2fs\n", o.Namespace, n(o.Scanned), o.Batches, o.Elapsed.Seconds())
+		line := func(name string, v int64, note string) {
+			fmt.Fprintf(w, "  %-14s %8s  %s\n", name, n(v), note)
+		}
+		line("replayed", o.Replayed, fmt.Sprintf("written to %s (%s of them were there already)", o.Namespace, n(o.ReplayedByDuplicate)))
+		line("still invalid", o.StillInvalid, "rejected again: pending, attempts + 1")
+		line("conflicts", o.Conflicts, "another document holds the key: pending")
+		line("failed", o.Failed, "other errors: pending, run again")
+		line("skipped", o.Skipped, "truncated or redacted originals")
+		for i, p := range o.Problems {
+			if i == 10 {
+				fmt.Fprintf(w, "  ... %d more problems (--json lists up to 100)\n", len(o.Problems)-10)
+				break
+			}
+			fmt.Fprintf(w, "  %s %s: %s\n", p.Outcome, p.Fingerprint[:min(12, len(p.Fingerprint))], p.Reason)
+		}
+	}
+}
+
+// dryRun runs replay's dry run, and where the server cannot evaluate it
+// (FerretDB: no $replaceRoot, no $jsonSchema in queries) evaluates the
+// validator in the client with the same $jsonSchema implementation as the
+// demo's proxy.
+func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collection, filter envelope.Filter, validator bson.D, opts []replay.Option) (replay.Result, error) {
+	o := append(opts, replay.WithDryRun())
+	if validator != nil {
+		o = append(o, replay.WithValidator(validator))
+	}
+	res, err := replay.Run(ctx, dlq, target, o...)
+	if err == nil || !errors.Is(err, replay.ErrDryRunUnsupported) {
+		return res, err
+	}
+	var v *jsonschema.Validator
+	if validator != nil {
+		if v, err = jsonschema.Compile(validator); err != nil {
+			return res, err
+		}
+	} else if tc := replay.TargetCollection(target); tc != nil {
+		cur, err := replay.CurrentValidator(ctx, tc)
+		if err != nil {
+			return res, err
+		}
+		if cur != nil {
+			if v, err = jsonschema.Compile(cur); err != nil {
+				return res, fmt.Errorf("the target's validator cannot be evaluated client-side: %w", err)
+			}
+		}
+	}
+	q, err := filter.WithDefaultStatus(envelope.StatusPending).Query(time.Now())
+	if err != nil {
+		return res, err
+	}
+	t0 := time.Now()
+	cur, err := dlq.Find(ctx, q, options.Find().SetProjection(bson.D{{Key: "original", Value: 1}, {Key: "original_truncated", Value: 1}, {Key: "original_redacted", Value: 1}, {Key: "operation", Value: 1}}))
+	if err != nil {
+		return res, err
+	}
+	defer cur.Close(ctx)
+	res = replay.Result{DryRun: true}
+	for cur.Next(ctx) {
+		res.Matched++
+		res.Scanned++
+		op, _ := cur.Current.Lookup("operation").StringValueOK()
+		tr, _ := cur.Current.Lookup("original_truncated").BooleanOK()
+		rd, _ := cur.Current.Lookup("original_redacted").BooleanOK()
+		orig, ok := cur.Current.Lookup("original").DocumentOK()
+		if !ok || tr || rd || op == "bulkWrite" {
+			res.Undetermined++
+			continue
+		}
+		if v == nil {
+			res.WouldPass++
+			continue
+		}
+		var d bson.D
+		if err := bson.Unmarshal(orig, &d); err != nil {
+			res.Undetermined++
+			continue
+		}
+		if v.Validate(d) == nil {
+			res.WouldPass++
+		} else {
+			res.WouldFail++
+		}
+	}
+	res.Elapsed = time.Since(t0)
+	if validator != nil {
+		res.Validator, _ = bson.Marshal(validator)
+	}
+	return res, cur.Err()
+}

@@ -1,0 +1,732 @@
+// Package demo is "writeguard demo": it loads real, dirty order lines (UCI
+// Online Retail, December 2010, embedded) through a guarded collection
+// whose validator rejects some of them, while a fault proxy steps the
+// primary down, drops replies and reports write conflicts, and then checks
+// that every row is accounted for exactly once.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/cmd/writeguard/internal/conn"
+	"github.com/writeguard/writeguard/cmd/writeguard/internal/progress"
+	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/hooks"
+	"github.com/writeguard/writeguard/mocks/faultproxy"
+	"github.com/writeguard/writeguard/mocks/faultproxy/jsonschema"
+	"github.com/writeguard/writeguard/policy"
+)
+
+// Defaults of Config.
+const (
+	DefaultDatabase   = "writeguard_demo"
+	DefaultCollection = "orders"
+	DefaultDLQ        = "dead_letters"
+	DefaultBatch      = 500
+	DefaultWorkers    = 3
+	DefaultSeed       = 1
+)
+
+// Config is what "writeguard demo" was asked to do.
+type Config struct {
+	// URI of a real MongoDB; "" runs the embedded FerretDB behind
+	// faultproxy.
+	URI string
+	// DataDir keeps the embedded server's files, for "writeguard dlq".
+	DataDir string
+	// Seed drives the fault schedule (embedded only).
+	Seed int64
+	// NoFaults turns fault injection off (the validator stays).
+	NoFaults bool
+	// Batch is the InsertMany size; Workers the concurrent InsertManys.
+	Batch, Workers int
+	// Limit loads only the first Limit rows (0: all).
+	Limit int
+	// Database, Collection and DLQ name the target and the dead-letter
+	// collection.
+	Database, Collection, DLQ string
+	// Progress, when not nil, receives a progress bar.
+	Progress io.Writer
+	// Hooks are added to the guarded collection (e.g. otelhook).
+	Hooks []hooks.Hooks
+}
+
+func (c *Config) defaults() {
+	if c.Batch <= 0 {
+		c.Batch = DefaultBatch
+	}
+	if c.Workers <= 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.Database == "" {
+		c.Database = DefaultDatabase
+	}
+	if c.Collection == "" {
+		c.Collection = DefaultCollection
+	}
+	if c.DLQ == "" {
+		c.DLQ = DefaultDLQ
+	}
+}
+
+// Result is the demo's outcome. The JSON names of the first block are read
+// by checks outside the repository: keep them.
+type Result struct {
+	Input          int `json:"input"`
+	Written        int `json:"written"`
+	AlreadyWritten int `json:"already_written"`
+	DeadLettered   int `json:"dead_lettered"`
+	// Conflicts counts rows whose _id (content) was already stored by
+	// another row: writeguard's conflict_skipped, plus duplicate rows that
+	// met their twin after a lost reply and were read back as identical
+	// (writeguard says already_written for those; see DuplicatesReadBack).
+	Conflicts      int              `json:"conflicts"`
+	Failed         int              `json:"failed"`
+	Lost           int              `json:"lost"`
+	Duplicates     int              `json:"duplicates"`
+	ServerCommands int64            `json:"server_commands"`
+	Amplification  float64          `json:"amplification"`
+	Keywords       map[string]int   `json:"keywords"`
+	Exhausted      int              `json:"exhausted"`
+	Unknown        int              `json:"unknown"`
+	NotAttempted   int              `json:"not_attempted"`
+	Other          map[string]int   `json:"other_dispositions,omitempty"`
+	ElapsedSeconds float64          `json:"elapsed_seconds"`
+	Attempts       int64            `json:"attempts"`
+	Faults         map[string]int64 `json:"faults"`
+	Seed           int64            `json:"seed"`
+	Server         string           `json:"server"`
+
+	OK       bool     `json:"ok"`
+	Problems []string `json:"problems,omitempty"`
+
+	// Dispositions are the per-row dispositions exactly as writeguard
+	// reported them.
+	Dispositions map[string]int `json:"dispositions"`
+	// DuplicatesReadBack is how many of Conflicts writeguard reported
+	// already_written.
+	DuplicatesReadBack int `json:"duplicates_read_back"`
+	// DuplicateRows is the number of input rows that repeat an earlier
+	// row exactly (an input property).
+	DuplicateRows int            `json:"duplicate_rows"`
+	KeywordPaths  map[string]int `json:"keyword_paths"`
+
+	Batches              int              `json:"batches"`
+	BatchSize            int              `json:"batch_size"`
+	Workers              int              `json:"workers"`
+	Ordered              bool             `json:"ordered"`
+	Retries              int64            `json:"retries"`
+	RetriesByCause       map[string]int64 `json:"retries_by_cause"`
+	BudgetExhausted      int64            `json:"budget_exhausted"`
+	DocumentsSent        int64            `json:"documents_sent"`
+	CommandsPerDocument  float64          `json:"commands_per_document"`
+	ServerCommandsByName map[string]int64 `json:"server_commands_by_name"`
+	WriteSeconds         float64          `json:"write_seconds"`
+
+	Namespace    string  `json:"namespace"`
+	Target       Target  `json:"target"`
+	DLQ          DLQInfo `json:"dlq"`
+	DataDir      string  `json:"data_dir,omitempty"`
+	Interrupted  bool    `json:"interrupted,omitempty"`
+	FaultsActive bool    `json:"faults_active"`
+}
+
+// Target is what the accounting read found in the target collection.
+type Target struct {
+	Documents   int `json:"documents"`
+	DistinctIDs int `json:"distinct_ids"`
+	// Expected is the number of distinct _ids the dispositions say are
+	// stored; Missing of those are not there; Unexpected documents are
+	// there although no row says it stored them.
+	Expected   int `json:"expected"`
+	Missing    int `json:"missing"`
+	Unexpected int `json:"unexpected"`
+	// Unreported documents belong to rows reported as not written
+	// (exhausted, unknown: the write may have been applied).
+	Unreported int `json:"unreported"`
+}
+
+// DLQInfo describes the dead-letter collection after the run.
+type DLQInfo struct {
+	Namespace string `json:"namespace"`
+	Setup     string `json:"setup"`
+	// Envelopes, Captures (the sum of their attempts) and Pending of this
+	// run's namespace; the breakdowns count envelopes.
+	Envelopes int64            `json:"envelopes"`
+	Captures  int64            `json:"captures"`
+	Pending   int64            `json:"pending"`
+	ByKeyword map[string]int64 `json:"by_keyword"`
+	ByPath    map[string]int64 `json:"by_path"`
+	ByCode    map[string]int64 `json:"by_code"`
+	// Summary is envelope.Stats' result, for the table.
+	Summary envelope.Summary `json:"-"`
+}
+
+// batchKey carries a batch's first row index in the context of its
+// InsertMany, for the Disposition hook.
+type batchKey struct{}
+
+// row dispositions after the run
+type rowOutcome struct {
+	disp     policy.Disposition
+	hookDisp policy.Disposition
+	attempts int
+	code     int32
+	batch    int
+	keywords []string
+	kwPaths  []string
+}
+
+// Run runs the demo. It returns an error for an operational failure (the
+// server could not be started, a setup step failed); the accounting check
+// is in Result.OK and Result.Problems. If ctx is cancelled (Ctrl-C) no new
+// batch is started, the batches in flight finish, and the accounting runs
+// on what was done (Result.Interrupted).
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	cfg.defaults()
+	t0 := time.Now()
+	rows, err := Rows(cfg.Limit)
+	if err != nil {
+		return nil, err
+	}
+	ns := cfg.Database + "." + cfg.Collection
+	dlqNS := cfg.Database + "." + cfg.DLQ
+
+	var script *faultproxy.Script
+	if cfg.URI == "" {
+		script, err = Script(ns, cfg.Seed, !cfg.NoFaults)
+		if err != nil {
+			return nil, err
+		}
+	}
+	c, err := conn.Open(ctx, conn.Options{URI: cfg.URI, DataDir: cfg.DataDir, Script: script})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close(context.Background())
+
+	res := &Result{
+		Seed: cfg.Seed, Server: c.Kind, Input: len(rows), Namespace: ns,
+		BatchSize: cfg.Batch, Workers: cfg.Workers, DataDir: cfg.DataDir,
+		FaultsActive: cfg.URI == "" && !cfg.NoFaults,
+	}
+	db := c.Client.Database(cfg.Database)
+	setup, err := prepare(ctx, db, cfg, c.Kind)
+	if err != nil {
+		return nil, err
+	}
+	res.DLQ = DLQInfo{Namespace: dlqNS, Setup: setup}
+	if c.Proxy != nil {
+		c.Proxy.Reset()
+	}
+	c.Commands.Reset()
+
+	// The write phase.
+	var st stats
+	out := make([]rowOutcome, len(rows))
+	h := hooks.Hooks{
+		// A call that writes everything returns no Report: the hook is
+		// what tells written from already_written then.
+		Disposition: func(ctx context.Context, ev *hooks.Disposition) {
+			if lo, ok := ctx.Value(batchKey{}).(int); ok && lo+ev.Index < len(out) {
+				r := &out[lo+ev.Index]
+				r.hookDisp, r.attempts, r.code, r.batch = ev.Disposition, ev.Attempts, ev.Code, lo
+			}
+		},
+		AttemptStarted: func(ctx context.Context, ev *hooks.AttemptStart) context.Context {
+			atomic.AddInt64(&st.attempts, 1)
+			atomic.AddInt64(&st.docsSent, int64(ev.Documents))
+			return ctx
+		},
+		RetryScheduled: func(_ context.Context, ev *hooks.Retry) { st.retry(ev) },
+		BudgetExhausted: func(context.Context, *hooks.BudgetExhausted) {
+			atomic.AddInt64(&st.budget, 1)
+		},
+	}
+	// The dead-letter sink. On FerretDB, which finds documents by scanning
+	// the collection, upserts by fingerprint grow quadratically: insert
+	// new envelopes first and upsert only the recaptures.
+	var sinkOpts []envelope.SinkOption
+	if c.Kind == conn.KindEmbedded {
+		sinkOpts = append(sinkOpts, envelope.WithInsertFirst())
+	}
+	sink := envelope.NewMongoSink(db.Collection(cfg.DLQ), sinkOpts...)
+	opts := []writeguard.Option{
+		writeguard.WithDeadLetter(sink),
+		writeguard.WithConflictHandler(writeguard.ConflictSkip()),
+		// A bulk load is not latency-bound: allow a batch two minutes of
+		// retrying (the default 30 s can run out on a loaded machine).
+		writeguard.WithBackoff(policy.Backoff{Base: 20 * time.Millisecond, Cap: time.Second, MaxAttempts: 6, MaxElapsed: 2 * time.Minute}),
+		writeguard.WithHooks(h),
+	}
+	for _, x := range cfg.Hooks {
+		opts = append(opts, writeguard.WithHooks(x))
+	}
+	orders, err := writeguard.Wrap(db.Collection(cfg.Collection), opts...)
+	if err != nil {
+		return nil, err
+	}
+	tw := time.Now()
+	res.Batches, res.Interrupted, err = writeAll(ctx, orders, rows, out, cfg)
+	if err != nil {
+		return nil, err
+	}
+	res.WriteSeconds = time.Since(tw).Seconds()
+	res.Attempts, res.DocumentsSent, res.BudgetExhausted = st.attempts, st.docsSent, st.budget
+	res.Retries, res.RetriesByCause = st.retries, st.byCause
+	if res.RetriesByCause == nil {
+		res.RetriesByCause = map[string]int64{}
+	}
+
+	// Server-side counts of the write phase, before the accounting reads.
+	res.ServerCommandsByName = map[string]int64{}
+	res.Faults = map[string]int64{}
+	if c.Proxy != nil {
+		ps := c.Proxy.Stats()
+		for k, n := range ps.CommandsByNamespace {
+			if k.Namespace == ns || k.Namespace == dlqNS {
+				res.ServerCommandsByName[k.Name] += n
+				res.ServerCommands += n
+			}
+		}
+		for k, n := range ps.Faults {
+			res.Faults[string(k)] = n
+		}
+	} else {
+		for k, n := range c.Commands.Snapshot() {
+			res.ServerCommandsByName[k] += n
+			res.ServerCommands += n
+		}
+	}
+	if res.Input > 0 {
+		res.Amplification = round(float64(res.DocumentsSent)/float64(res.Input), 4)
+		res.CommandsPerDocument = round(float64(res.ServerCommands)/float64(res.Input), 4)
+	}
+
+	// The accounting runs even after Ctrl-C: it is what says nothing was
+	// lost.
+	if err := account(context.WithoutCancel(ctx), db, cfg, rows, out, res); err != nil {
+		return nil, err
+	}
+	res.ElapsedSeconds = round(time.Since(t0).Seconds(), 2)
+	res.WriteSeconds = round(res.WriteSeconds, 2)
+	return res, nil
+}
+
+func round(x float64, digits int) float64 {
+	p := 1.0
+	for range digits {
+		p *= 10
+	}
+	return float64(int64(x*p+0.5)) / p
+}
+
+type stats struct {
+	attempts, docsSent, budget int64
+	mu                         sync.Mutex
+	retries                    int64
+	byCause                    map[string]int64
+}
+
+func (s *stats) retry(ev *hooks.Retry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byCause == nil {
+		s.byCause = map[string]int64{}
+	}
+	s.retries++
+	cause := ev.Class.String()
+	if ev.Code != 0 {
+		cause = fmt.Sprintf("%d", ev.Code)
+	}
+	s.byCause[cause]++
+}
+
+// Script is the faultproxy script of the embedded demo: the validator on
+// ns and, when faults is true, a seeded random schedule over the insert
+// commands on ns. Each insert command independently gets at most one of:
+//
+//	4 %  189 PrimarySteppedDown, labelled RetryableWriteError (not applied)
+//	3 %  10107 NotWritablePrimary, labelled RetryableWriteError (not applied)
+//	3 %  the reply is dropped after the insert was applied (network error)
+//	5 %  112 WriteConflict on the documents whose _id ends in "0" (1 in 16)
+//
+// The choice for the n-th insert command depends only on seed and n.
+func Script(ns string, seed int64, faults bool) (*faultproxy.Script, error) {
+	items := []faultproxy.ScriptItem{faultproxy.Validator(ns, Validator())}
+	if faults {
+		retryable := []string{"RetryableWriteError"}
+		items = append(items, faultproxy.On("insert").In(ns).Always().Do(faultproxy.RandomSchedule(seed,
+			faultproxy.Rate{P: 0.04, Fault: faultproxy.ErrorReply(faultproxy.CommandError{
+				Code: 189, CodeName: "PrimarySteppedDown", Message: "Primary stepped down while waiting for replication", Labels: retryable})},
+			faultproxy.Rate{P: 0.03, Fault: faultproxy.ErrorReply(faultproxy.CommandError{
+				Code: 10107, CodeName: "NotWritablePrimary", Message: "not primary", Labels: retryable})},
+			faultproxy.Rate{P: 0.03, Fault: faultproxy.CloseAfterForward()},
+			faultproxy.Rate{P: 0.05, Fault: faultproxy.RejectDocuments(idEndsIn0, faultproxy.WriteError{
+				Code: 112, Message: "WriteConflict error: this operation conflicted with another operation. Please retry your operation or multi-document transaction."})},
+		)))
+	}
+	return faultproxy.NewScript(items...)
+}
+
+func idEndsIn0(doc bson.Raw) bool {
+	id, ok := doc.Lookup("_id").StringValueOK()
+	return ok && len(id) > 0 && id[len(id)-1] == '0'
+}
+
+// prepare drops and recreates the target (with the validator on a real
+// MongoDB; the proxy emulates it on the embedded server) and sets up the
+// dead-letter collection. It returns the DLQ setup report.
+func prepare(ctx context.Context, db *mongo.Database, cfg Config, kind string) (string, error) {
+	for _, name := range []string{cfg.Collection, cfg.DLQ} {
+		if err := db.Collection(name).Drop(ctx); err != nil {
+			return "", fmt.Errorf("drop %s.%s: %w", cfg.Database, name, err)
+		}
+	}
+	co := options.CreateCollection()
+	if kind == conn.KindMongoDB {
+		co.SetValidator(Validator()).SetValidationLevel("strict").SetValidationAction("error")
+	}
+	if err := db.CreateCollection(ctx, cfg.Collection, co); err != nil {
+		return "", fmt.Errorf("create %s.%s: %w", cfg.Database, cfg.Collection, err)
+	}
+	rep, err := envelope.EnsureCollection(ctx, db, cfg.DLQ)
+	if err != nil {
+		return rep.String(), fmt.Errorf("set up the dead-letter collection: %w", err)
+	}
+	return SetupSummary(rep), nil
+}
+
+// writeAll inserts rows in batches with cfg.Workers concurrent guarded
+// InsertManys, recording each row's outcome. After ctx is cancelled no
+// batch starts; the rows of batches never started end not_attempted.
+func writeAll(ctx context.Context, orders *writeguard.Guarded, rows []Row, out []rowOutcome, cfg Config) (batches int, interrupted bool, err error) {
+	var bar *progress.Bar
+	if cfg.Progress != nil {
+		bar = progress.New(cfg.Progress, "writing", len(rows))
+		defer bar.Finish()
+	}
+	type span struct{ lo, hi int }
+	work := make(chan span)
+	var (
+		wg       sync.WaitGroup
+		errMu    sync.Mutex
+		firstErr error
+	)
+	// In-flight batches finish even after Ctrl-C, so nothing is left
+	// half-done; the timeout bounds a stuck server.
+	wctx := context.WithoutCancel(ctx)
+	for range cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range work {
+				docs := make([]any, 0, s.hi-s.lo)
+				for i := s.lo; i < s.hi; i++ {
+					docs = append(docs, rows[i].Doc)
+				}
+				bctx, cancel := context.WithTimeout(context.WithValue(wctx, batchKey{}, s.lo), 5*time.Minute)
+				_, err := orders.InsertMany(bctx, docs, options.InsertMany().SetOrdered(false))
+				cancel()
+				var rep *writeguard.Report
+				switch {
+				case err == nil:
+					// Every document ended written or already_written (a
+					// reply lost, read back): the Disposition hook said
+					// which.
+					for i := s.lo; i < s.hi; i++ {
+						out[i].disp = out[i].hookDisp
+						if out[i].disp == "" {
+							out[i].disp = writeguard.Written
+						}
+					}
+				case errors.As(err, &rep) && len(rep.Outcomes) == s.hi-s.lo:
+					for j, o := range rep.Outcomes {
+						r := &out[s.lo+j]
+						r.disp = o.Disposition
+						r.attempts = o.Attempts
+						r.batch = s.lo
+						if o.Failure != nil {
+							r.code = o.Failure.Code
+						}
+						if o.Disposition == writeguard.DeadLettered && o.Failure != nil {
+							r.keywords = envelope.FailingKeywords(o.Failure.ErrInfo)
+							r.kwPaths = KeywordPaths(o.Failure.ErrInfo)
+						}
+					}
+				default:
+					errMu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("insert rows %d..%d: %w", s.lo+1, s.hi, err)
+					}
+					errMu.Unlock()
+					for i := s.lo; i < s.hi; i++ {
+						out[i].disp = writeguard.Failed
+					}
+				}
+				bar.Add(s.hi - s.lo)
+			}
+		}()
+	}
+	for lo := 0; lo < len(rows); lo += cfg.Batch {
+		hi := min(lo+cfg.Batch, len(rows))
+		select {
+		case work <- span{lo, hi}:
+			batches++
+			continue
+		case <-ctx.Done():
+			interrupted = true
+		}
+		break
+	}
+	close(work)
+	wg.Wait()
+	for i := range out {
+		if out[i].disp == "" {
+			out[i].disp = writeguard.NotAttempted
+		}
+	}
+	return batches, interrupted, firstErr
+}
+
+// account counts the dispositions, reads every _id of the target and every
+// envelope of the dead-letter collection, and checks that each row is in
+// exactly one place.
+func account(ctx context.Context, db *mongo.Database, cfg Config, rows []Row, out []rowOutcome, res *Result) error {
+	res.Dispositions = map[string]int{}
+	for _, o := range out {
+		res.Dispositions[string(o.disp)]++
+	}
+
+	// Rows sharing an _id are the same order line. Among the rows of one
+	// _id that reached the target, one stored it; the others are duplicate
+	// rows, whatever writeguard could tell: after a lost reply a duplicate
+	// reads back identical and is reported already_written. Such rows are
+	// counted as conflicts (DuplicatesReadBack says how many).
+	seen := map[string]int{}
+	groups := map[string][]int{}
+	for i, r := range rows {
+		seen[r.ID]++
+		if seen[r.ID] > 1 {
+			res.DuplicateRows++
+		}
+		if d := out[i].disp; d.Stored() {
+			groups[r.ID] = append(groups[r.ID], i)
+		}
+	}
+	for id, g := range groups {
+		if len(g) < 2 {
+			continue
+		}
+		writer := g[0]
+		for _, i := range g {
+			if out[i].disp == writeguard.Written {
+				writer = i
+				break
+			}
+		}
+		for _, i := range g {
+			switch {
+			case i == writer:
+			case out[i].disp == writeguard.AlreadyWritten:
+				res.DuplicatesReadBack++
+				out[i].disp = writeguard.ConflictSkipped
+			default:
+				res.Problems = append(res.Problems, fmt.Sprintf("lines %d and %d (same _id %s) were both reported %s (attempts %d/%d, last failure code %d/%d, batches %d/%d)",
+					rows[writer].Line, rows[i].Line, id, out[i].disp, out[writer].attempts, out[i].attempts, out[writer].code, out[i].code, out[writer].batch, out[i].batch))
+			}
+		}
+	}
+
+	// On the embedded server the validator is the proxy's emulation: check
+	// that no stored row is one it rejects (a bypass would otherwise pass
+	// as "written").
+	if res.Server == conn.KindEmbedded {
+		if v, err := jsonschema.Compile(Validator()); err == nil {
+			var bad []string
+			for i, r := range rows {
+				if d := out[i].disp; (d.Stored() || d == writeguard.ConflictSkipped) && v.Validate(r.Doc) != nil {
+					bad = append(bad, fmt.Sprintf("line %d (%s, attempts %d, batch at row %d)", r.Line, d, out[i].attempts, out[i].batch+1))
+				}
+			}
+			if len(bad) > 0 {
+				res.Problems = append(res.Problems, fmt.Sprintf("%d rows the validator rejects were stored: %v", len(bad), bad[:min(5, len(bad))]))
+			}
+		}
+	}
+	res.Keywords, res.KeywordPaths, res.Other = map[string]int{}, map[string]int{}, map[string]int{}
+	for _, o := range out {
+		switch d := o.disp; {
+		case d == writeguard.Written:
+			res.Written++
+		case d == writeguard.AlreadyWritten:
+			res.AlreadyWritten++
+		case d == writeguard.DeadLettered:
+			res.DeadLettered++
+			for _, k := range o.keywords {
+				res.Keywords[k]++
+			}
+			for _, k := range o.kwPaths {
+				res.KeywordPaths[k]++
+			}
+		case d == writeguard.ConflictSkipped:
+			res.Conflicts++
+		case d == writeguard.Failed:
+			res.Failed++
+		case d == writeguard.Exhausted:
+			res.Exhausted++
+		case d == writeguard.OutcomeUnknown:
+			res.Unknown++
+		case d == writeguard.NotAttempted:
+			res.NotAttempted++
+		default:
+			res.Other[string(d)]++
+		}
+	}
+	if len(res.Other) == 0 {
+		res.Other = nil
+	}
+
+	// Read the target's _ids once (FerretDB cannot use an index for a
+	// per-id lookup; one scan is cheaper than 40,000 of them).
+	inTarget := map[string]int{}
+	cur, err := db.Collection(cfg.Collection).Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(20000))
+	if err != nil {
+		return fmt.Errorf("read the target's ids: %w", err)
+	}
+	for cur.Next(ctx) {
+		res.Target.Documents++
+		id, _ := cur.Current.Lookup("_id").StringValueOK()
+		inTarget[id]++
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("read the target's ids: %w", err)
+	}
+	_ = cur.Close(ctx)
+	res.Target.DistinctIDs = len(inTarget)
+
+	// Read the dead-letter collection's document ids for this namespace.
+	inDLQ := map[string]bool{}
+	dcur, err := db.Collection(cfg.DLQ).Find(ctx, bson.D{{Key: "namespace", Value: res.Namespace}},
+		options.Find().SetProjection(bson.D{{Key: "document_id", Value: 1}}).SetBatchSize(20000))
+	if err != nil {
+		return fmt.Errorf("read the dead-letter collection: %w", err)
+	}
+	for dcur.Next(ctx) {
+		id, _ := dcur.Current.Lookup("document_id").StringValueOK()
+		inDLQ[id] = true
+	}
+	if err := dcur.Err(); err != nil {
+		return fmt.Errorf("read the dead-letter collection: %w", err)
+	}
+	_ = dcur.Close(ctx)
+
+	sum, err := envelope.Stats(ctx, db.Collection(cfg.DLQ), envelope.Filter{Namespaces: []string{res.Namespace}})
+	if err != nil {
+		return fmt.Errorf("dead-letter stats: %w", err)
+	}
+	res.DLQ.Summary = sum
+	res.DLQ.Envelopes, res.DLQ.Captures, res.DLQ.Pending = sum.Envelopes, sum.Attempts, sum.Pending
+	res.DLQ.ByKeyword, res.DLQ.ByPath, res.DLQ.ByCode = map[string]int64{}, map[string]int64{}, map[string]int64{}
+	for _, g := range sum.ByKeyword {
+		res.DLQ.ByKeyword[g.Key] = g.Envelopes
+	}
+	for _, g := range sum.ByPath {
+		res.DLQ.ByPath[g.Key] = g.Envelopes
+	}
+	for _, g := range sum.ByCode {
+		res.DLQ.ByCode[fmt.Sprint(g.Code)] = g.Envelopes
+	}
+
+	// Every row must be where its disposition says.
+	expected := map[string]bool{}
+	accounted := 0
+	var misplaced []string
+	for i, o := range out {
+		id := rows[i].ID
+		ok := true
+		switch d := o.disp; {
+		case d.Stored(), d == writeguard.ConflictSkipped:
+			expected[id] = true
+			ok = inTarget[id] > 0
+		case d == writeguard.DeadLettered:
+			ok = inDLQ[id]
+		default:
+			// failed, exhausted, unknown, not_attempted, ...: reported as
+			// not written, with the document in the Report.
+		}
+		if ok {
+			accounted++
+		} else if len(misplaced) < 5 {
+			misplaced = append(misplaced, fmt.Sprintf("line %d (%s, _id %s)", rows[i].Line, o.disp, id))
+		}
+	}
+	res.Lost = res.Input - accounted
+	res.Target.Expected = len(expected)
+	inputIDs := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		inputIDs[r.ID] = true
+	}
+	for id, n := range inTarget {
+		if n > 1 {
+			res.Duplicates += n - 1
+		}
+		switch {
+		case !inputIDs[id]:
+			res.Target.Unexpected++
+		case !expected[id]:
+			res.Target.Unreported++
+		}
+	}
+	for id := range expected {
+		if inTarget[id] == 0 {
+			res.Target.Missing++
+		}
+	}
+	// A document in the target that no row claims is one too many.
+	res.Duplicates += res.Target.Unexpected
+
+	total := res.Written + res.AlreadyWritten + res.DeadLettered + res.Conflicts + res.Failed + res.Exhausted + res.Unknown + res.NotAttempted
+	for _, n := range res.Other {
+		total += n
+	}
+	if total != res.Input {
+		res.Problems = append(res.Problems, fmt.Sprintf("dispositions add up to %d, not %d rows in", total, res.Input))
+	}
+	if res.Lost != 0 {
+		res.Problems = append(res.Problems, fmt.Sprintf("%d rows lost (not where their disposition says), e.g. %v", res.Lost, misplaced))
+	}
+	if res.Duplicates != 0 {
+		res.Problems = append(res.Problems, fmt.Sprintf("%d documents in the target beyond one per row's _id", res.Duplicates))
+	}
+	sort.Strings(res.Problems)
+	res.OK = len(res.Problems) == 0
+	return nil
+}
+
+// SetupSummary is a one-line form of an EnsureCollection report:
+// "collection applied, validator unsupported (238), ...".
+func SetupSummary(rep envelope.SetupReport) string {
+	parts := make([]string, 0, len(rep.Features))
+	for _, f := range rep.Features {
+		p := f.Feature + " " + string(f.State)
+		if f.Code != 0 {
+			p += fmt.Sprintf(" (%d)", f.Code)
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, ", ")
+}

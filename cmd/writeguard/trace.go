@@ -1,0 +1,44 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/writeguard/writeguard/hooks"
+	"github.com/writeguard/writeguard/otelhook"
+)
+
+// startTrace returns otelhook hooks whose spans (one per guarded call,
+// with a child per attempt and per dead-letter hand-off) are written to
+// path by the OpenTelemetry stdout exporter, pretty-printed JSON, one
+// object per span; parent_span_id links the tree. The provider is not
+// installed globally, so the embedded FerretDB's own spans stay out.
+// shutdown flushes and closes the file.
+func startTrace(path string) (hooks.Hooks, func(context.Context) error, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return hooks.Hooks{}, nil, fmt.Errorf("trace: %w", err)
+	}
+	exp, err := stdouttrace.New(stdouttrace.WithWriter(f), stdouttrace.WithPrettyPrint())
+	if err != nil {
+		f.Close()
+		return hooks.Hooks{}, nil, fmt.Errorf("trace: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp),
+		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", "writeguard-demo"))))
+	h, err := otelhook.New(otelhook.WithTracerProvider(tp))
+	if err != nil {
+		f.Close()
+		return hooks.Hooks{}, nil, fmt.Errorf("trace: %w", err)
+	}
+	return h, func(ctx context.Context) error {
+		return errors.Join(tp.Shutdown(ctx), f.Close())
+	}, nil
+}
