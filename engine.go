@@ -464,7 +464,7 @@ func (c *call) resolveOwnWrites(ctx context.Context, its, batch []*item) []*item
 	}
 	ours := func(it *item) bool {
 		doc, ok := stored[idKey(it.id)]
-		return ok && sameDocument(doc, it.doc)
+		return ok && policy.SameDocument(doc, it.doc)
 	}
 	var conflicts []*item
 	for _, it := range its {
@@ -633,7 +633,7 @@ func (c *call) exhaust(ctx context.Context, its []*item) {
 	if len(ids) > 0 && ctx.Err() == nil {
 		if stored, err := c.readBack(ctx, ids); err == nil {
 			for _, it := range its {
-				if doc, ok := stored[idKey(it.id)]; ok && it.maybe && it.kind == kindInsert && sameDocument(doc, it.doc) {
+				if doc, ok := stored[idKey(it.id)]; ok && it.maybe && it.kind == kindInsert && policy.SameDocument(doc, it.doc) {
 					c.settle(it, AlreadyWritten)
 				}
 			}

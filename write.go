@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -271,24 +270,4 @@ func orderedOption[T any](opts []options.Lister[T], get func(*T) *bool) (bool, e
 	}
 	v := get(&o)
 	return v == nil || *v, nil
-}
-
-// sameDocument reports whether stored holds the same top-level fields with
-// byte-equal values as sent, in any order (the server moves _id first).
-func sameDocument(stored, sent bson.Raw) bool {
-	se, err := sent.Elements()
-	if err != nil {
-		return false
-	}
-	st, err := stored.Elements()
-	if err != nil || len(st) != len(se) {
-		return false
-	}
-	for _, e := range se {
-		v, err := stored.LookupErr(e.Key())
-		if err != nil || !v.Equal(e.Value()) {
-			return false
-		}
-	}
-	return true
 }

@@ -560,7 +560,7 @@ func (r *runner) resolveDuplicates(ctx context.Context, send []*entry) {
 	for _, e := range dups {
 		doc, ok := found[idKey(e.docID)]
 		switch {
-		case ok && (sameDocument(doc, e.env.Original) || e.env.IDAssigned):
+		case ok && (policy.SameDocument(doc, e.env.Original) || e.env.IDAssigned):
 			e.out = outReplayedDup
 		case ok:
 			e.out = outConflict
@@ -607,27 +607,6 @@ func readBack(ctx context.Context, target writeguard.Collection, ids bson.A) (ma
 }
 
 func idKey(v bson.RawValue) string { return string(rune(v.Type)) + string(v.Value) }
-
-// sameDocument reports whether stored holds the same top-level fields as
-// sent with byte-equal values, in any order (the server may move _id
-// first).
-func sameDocument(stored, sent bson.Raw) bool {
-	se, err := sent.Elements()
-	if err != nil {
-		return false
-	}
-	st, err := stored.Elements()
-	if err != nil || len(st) != len(se) {
-		return false
-	}
-	for _, e := range se {
-		v, err := stored.LookupErr(e.Key())
-		if err != nil || !v.Equal(e.Value()) {
-			return false
-		}
-	}
-	return true
-}
 
 // mark records the batch's outcomes in the DLQ with one unordered bulk
 // write of (at most) two updateMany statements, and counts them.

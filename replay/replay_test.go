@@ -14,6 +14,7 @@ import (
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/mocks"
+	"github.com/writeguard/writeguard/policy"
 )
 
 func mustMarshal(tb testing.TB, v any) bson.Raw {
@@ -359,7 +360,7 @@ func TestSameDocument(t *testing.T) {
 	a := mustMarshal(t, bson.D{{Key: "_id", Value: 1}, {Key: "x", Value: "y"}})
 	b := mustMarshal(t, bson.D{{Key: "x", Value: "y"}, {Key: "_id", Value: 1}})
 	c := mustMarshal(t, bson.D{{Key: "_id", Value: 1}, {Key: "x", Value: "z"}})
-	if !sameDocument(a, b) || sameDocument(a, c) || sameDocument(a, mustMarshal(t, bson.D{{Key: "_id", Value: 1}})) {
-		t.Error("sameDocument wrong")
+	if !policy.SameDocument(a, b) || policy.SameDocument(a, c) || policy.SameDocument(a, mustMarshal(t, bson.D{{Key: "_id", Value: 1}})) {
+		t.Error("policy.SameDocument wrong")
 	}
 }
