@@ -355,3 +355,37 @@ func TestExhaustedAfterLostRepliesReadsBack(t *testing.T) {
 		}
 	})
 }
+
+// What a careless caller can pass must not crash the write path: a nil
+// context (the driver accepts one), a typed-nil sink, a panicking handler
+// or sink.
+func TestMisuseDoesNotPanic(t *testing.T) {
+	g, err := writeguard.New(mocks.NewFake("db.nilctx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	//lint:ignore SA1012 a nil context is what is being tested
+	if _, err := g.InsertOne(nil, bson.D{{Key: "x", Value: 1}}); err != nil { //nolint:staticcheck
+		t.Errorf("nil context: %v", err)
+	}
+	var typedNil *mocks.Sink
+	if _, err := writeguard.New(mocks.NewFake("db.tn"), writeguard.WithDeadLetter(typedNil)); err == nil {
+		t.Error("a typed-nil sink was accepted")
+	}
+	fake := mocks.NewFake("db.panic")
+	_ = fake.Seed(bson.D{{Key: "_id", Value: 1}})
+	boom := writeguard.ConflictHandlerFunc(func(context.Context, *writeguard.Conflict) (policy.Disposition, error) { panic("boom") })
+	g, _ = writeguard.New(fake, writeguard.WithConflictHandler(boom))
+	_, err = g.InsertMany(ctx, []any{bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "_id", Value: 2}}}, options.InsertMany().SetOrdered(false))
+	var r *writeguard.Report
+	if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.Conflicted || r.Outcomes[1].Disposition != writeguard.Written ||
+		r.Outcomes[0].Err == nil || !strings.Contains(r.Outcomes[0].Err.Error(), "panicked: boom") {
+		t.Fatalf("err = %v, want the panic as the conflict's error and the other document written", err)
+	}
+	sink := &mocks.Sink{Before: func(context.Context, int, []envelope.Envelope) error { panic("disk on fire") }}
+	g, _ = writeguard.New(mocks.NewFake("db.sinkpanic").Validator(func(bson.Raw) (bson.Raw, bool) { return nil, true }), writeguard.WithDeadLetter(sink))
+	_, err = g.InsertOne(ctx, bson.D{{Key: "x", Value: 1}})
+	if !errors.Is(err, writeguard.ErrDeadLetterFailed) {
+		t.Fatalf("err = %v, want dead_letter_failed", err)
+	}
+}

@@ -62,7 +62,7 @@ func (c *call) put(ctx context.Context, sink envelope.Sink, envs []envelope.Enve
 	for attempt := 1; ; attempt++ {
 		dctx := g.hooks.DeadLetterStarted(ctx, &hooks.DeadLetterStart{Op: c.op, Envelopes: len(envs), Attempt: attempt, Fallback: fallback})
 		t0 := time.Now()
-		err = sink.Put(dctx, envs)
+		err = recovered("dead-letter sink", func() error { return sink.Put(dctx, envs) })
 		g.hooks.DeadLetterFinished(dctx, &hooks.DeadLetterEnd{Op: c.op, Envelopes: len(envs), Attempt: attempt, Fallback: fallback, Duration: time.Since(t0), Err: err})
 		if err == nil || attempt >= g.cfg.backoff.MaxAttempts {
 			return err

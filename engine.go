@@ -534,7 +534,11 @@ func (c *call) handleConflict(ctx context.Context, it *item) {
 	cf := &Conflict{Operation: c.op.Name, Index: it.index, Document: it.doc, Failure: *it.fail, Target: c.g.target}
 	cf.Model = it.model
 	cf.KeyPattern, cf.KeyValue = it.fail.KeyPattern, it.fail.KeyValue
-	d, err := c.g.cfg.conflict.Resolve(ctx, cf)
+	var d Disposition
+	err := recovered("conflict handler", func() (err error) {
+		d, err = c.g.cfg.conflict.Resolve(ctx, cf)
+		return err
+	})
 	if err == nil && !validResolution(d) {
 		err = fmt.Errorf("writeguard: conflict handler returned disposition %q; want %q or \"conflict_<verb>\"", d, Conflicted)
 	}
@@ -543,6 +547,18 @@ func (c *call) handleConflict(ctx context.Context, it *item) {
 		d = Conflicted
 	}
 	c.settle(it, d)
+}
+
+// recovered runs user code (a conflict handler, a sink) and turns a panic
+// into an error naming what panicked, so that one bad callback cannot take
+// the other documents' outcomes with it.
+func recovered(what string, f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("writeguard: %s panicked: %v", what, r)
+		}
+	}()
+	return f()
 }
 
 // scheduleRetry decides, after an attempt, whether the items marked for

@@ -90,14 +90,14 @@ func ExampleReport() {
 	// handled: false
 }
 
-// A custom classifier runs before the default table. Here an Atlas proxy
-// error (8000, unknown to the table) that a team knows to be transient is
-// retried.
+// A custom classifier runs before the default table. Here a team that
+// knows its Atlas proxy's errors (8000 AtlasError, unknown to the table)
+// to be transient has them retried.
 func ExampleWithClassifier() {
 	fake := mocks.NewFake("shop.orders").Script(
 		mocks.Reply(`{"ok":0,"code":8000,"codeName":"AtlasError","errmsg":"connection pool reset"}`))
 	atlas := policy.ClassifierFunc(func(f policy.Failure) policy.Class {
-		if f.Code == 8000 && f.Message == "connection pool reset" {
+		if f.Code == 8000 && f.CodeName == "AtlasError" {
 			return policy.Transient
 		}
 		return policy.Unknown // let the default table decide

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
@@ -100,7 +101,7 @@ const (
 // an error.
 func WithClassifier(c policy.Classifier) Option {
 	return optionFunc(func(cfg *config) {
-		if c == nil {
+		if isNil(c) {
 			cfg.errs = append(cfg.errs, errors.New("writeguard: WithClassifier(nil)"))
 			return
 		}
@@ -143,7 +144,7 @@ func WithBudget(b *policy.Budget) Option {
 // fails the documents end "dead_letter_failed" and stay in the Report.
 func WithDeadLetter(s envelope.Sink) Option {
 	return optionFunc(func(cfg *config) {
-		if s == nil {
+		if isNil(s) {
 			cfg.errs = append(cfg.errs, errors.New("writeguard: WithDeadLetter(nil)"))
 			return
 		}
@@ -156,7 +157,7 @@ func WithDeadLetter(s envelope.Sink) Option {
 // stores end "dead_lettered".
 func WithFallbackDeadLetter(s envelope.Sink) Option {
 	return optionFunc(func(cfg *config) {
-		if s == nil {
+		if isNil(s) {
 			cfg.errs = append(cfg.errs, errors.New("writeguard: WithFallbackDeadLetter(nil)"))
 			return
 		}
@@ -168,7 +169,7 @@ func WithFallbackDeadLetter(s envelope.Sink) Option {
 // default is ConflictFail: the caller gets the duplicate-key error.
 func WithConflictHandler(h ConflictHandler) Option {
 	return optionFunc(func(cfg *config) {
-		if h == nil {
+		if isNil(h) {
 			cfg.errs = append(cfg.errs, errors.New("writeguard: WithConflictHandler(nil)"))
 			return
 		}
@@ -199,7 +200,7 @@ func WithLogger(l *slog.Logger) Option {
 // Default: policy.RealClock.
 func WithClock(c policy.Clock) Option {
 	return optionFunc(func(cfg *config) {
-		if c == nil {
+		if isNil(c) {
 			cfg.errs = append(cfg.errs, errors.New("writeguard: WithClock(nil)"))
 			return
 		}
@@ -231,6 +232,19 @@ func WithUpsertConflictRetries(n int) Option {
 // ErrUnacknowledged.
 func WithUnacknowledged() Option {
 	return optionFunc(func(cfg *config) { cfg.allowUnacked = true })
+}
+
+// isNil reports whether v is nil or an interface holding a nil pointer,
+// map, func or slice (a typed nil that would panic when called).
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Slice, reflect.Interface, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
 }
 
 type ctxKey int

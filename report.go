@@ -186,7 +186,12 @@ func (r *Report) Error() string {
 	for i := range r.Outcomes {
 		if f := r.Outcomes[i].Failure; f != nil && !r.Outcomes[i].Disposition.Stored() {
 			c := fmt.Sprintf("%d %s", f.Code, f.CodeName)
-			if f.Code == 0 {
+			switch {
+			case f.Origin == policy.OriginClient:
+				// A client-side error names a Go type or a size, never
+				// a document value: say what it was.
+				c = "client: " + f.Message
+			case f.Code == 0:
 				c = f.Origin.String()
 			}
 			c = strings.TrimSpace(c) + " (" + r.Outcomes[i].Class.String() + ")"

@@ -29,6 +29,9 @@ const MaxDocumentSize = 16 * 1024 * 1024
 // it makes one attempt and returns the driver's result and error
 // unchanged.
 func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.Lister[options.InsertOneOptions]) (*mongo.InsertOneResult, error) {
+	if ctx == nil {
+		ctx = context.Background() // as the driver does
+	}
 	if inTransaction(ctx) {
 		var res *mongo.InsertOneResult
 		err := g.inTransaction(ctx, "insertOne", 1, func(ctx context.Context) (err error) {
@@ -73,6 +76,9 @@ func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.L
 // documents that is not a slice, or is empty, gets the driver's
 // invalid-argument error (mongo.ErrNotSlice, mongo.ErrEmptySlice).
 func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options.Lister[options.InsertManyOptions]) (*mongo.InsertManyResult, error) {
+	if ctx == nil {
+		ctx = context.Background() // as the driver does
+	}
 	if inTransaction(ctx) {
 		var res *mongo.InsertManyResult
 		err := g.inTransaction(ctx, "insertMany", sliceLen(documents), func(ctx context.Context) (err error) {
@@ -142,6 +148,9 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 // a transaction it makes one attempt and returns the driver's result and
 // error unchanged.
 func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts ...options.Lister[options.BulkWriteOptions]) (*mongo.BulkWriteResult, error) {
+	if ctx == nil {
+		ctx = context.Background() // as the driver does
+	}
 	if inTransaction(ctx) {
 		var res *mongo.BulkWriteResult
 		err := g.inTransaction(ctx, "bulkWrite", len(models), func(ctx context.Context) (err error) {

@@ -80,7 +80,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case cfg.Database == "":
 		return usageError(stderr, "demo", "-db must not be empty")
 	}
-	if f, ok := stdout.(*os.File); ok && progress.IsTerminal(f) {
+	if f, ok := stderr.(*os.File); ok && progress.IsTerminal(f) { // the bar is drawn on stderr
 		cfg.Progress = stderr
 	}
 	if trace != "" {

@@ -648,7 +648,7 @@ func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter 
 		c.Proxy.SetScript(script)
 	}
 	var bar *progress.Bar
-	if fo, ok := stdout.(*os.File); ok && progress.IsTerminal(fo) && !f.dryRun {
+	if fe, ok := stderr.(*os.File); ok && progress.IsTerminal(fe) && !f.dryRun { // the bar is drawn on stderr
 		bar = progress.New(stderr, "replaying", int(st.Envelopes))
 		defer bar.Finish()
 	}
