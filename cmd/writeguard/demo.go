@@ -206,6 +206,9 @@ func printDemo(w io.Writer, r *demo.Result, cfg demo.Config, trace string) {
 	s := r.DLQ.Summary
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "DEAD-LETTER QUEUE %s: %s envelopes (%s captures), %s pending\n", r.DLQ.Namespace, n(s.Envelopes), n(s.Attempts), n(s.Pending))
+	if s.Attempts > s.Envelopes {
+		fmt.Fprintf(w, "  (identical rejected rows share one envelope, counted as captures; the groups below count envelopes)\n")
+	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  by keyword\t%s\n", groups(s.ByKeyword))
 	fmt.Fprintf(tw, "  by path\t%s\n", groups(s.ByPath))
