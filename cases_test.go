@@ -71,7 +71,7 @@ func TestC01RetryWithoutIDMakesNoDuplicates(t *testing.T) {
 			if len(fx.sink.Envelopes()) != 0 {
 				t.Error("dead-letter queue is not empty")
 			}
-			for _, d := range fx.rec.disps {
+			for _, d := range fx.rec.Dispositions() {
 				if d.Disposition != writeguard.AlreadyWritten {
 					t.Errorf("document %d: %s, want already_written", d.Index, d.Disposition)
 				}
@@ -345,7 +345,7 @@ func TestC17RetryableWriteConcernError(t *testing.T) {
 		if diff := cmp.Diff([]string{`"r1"`, `"r2"`}, storedIDs(t, fake)); diff != "" {
 			t.Errorf("(-want +got):\n%s", diff)
 		}
-		if len(fx.rec.retries) == 0 {
+		if len(fx.rec.Retries()) == 0 {
 			t.Error("no retry was scheduled")
 		}
 	})
@@ -565,7 +565,7 @@ func TestC26Unacknowledged(t *testing.T) {
 		if err != nil || res.Acknowledged {
 			t.Fatalf("res %+v err %v, want an unacknowledged result and no error", res, err)
 		}
-		if d := fx.rec.disps[0].Disposition; d != writeguard.Unacknowledged {
+		if d := fx.rec.Dispositions()[0].Disposition; d != writeguard.Unacknowledged {
 			t.Errorf("hook disposition %s, want unacknowledged", d)
 		}
 	})

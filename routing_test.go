@@ -131,11 +131,11 @@ func TestRoutingProperties(t *testing.T) {
 				rt.Fatalf("outcome %d: %+v", i, o)
 			}
 		}
-		if len(fx.rec.disps) != n {
-			rt.Fatalf("%d disposition events for %d documents", len(fx.rec.disps), n)
+		if len(fx.rec.Dispositions()) != n {
+			rt.Fatalf("%d disposition events for %d documents", len(fx.rec.Dispositions()), n)
 		}
 		seenIdx := map[int]bool{}
-		for _, d := range fx.rec.disps {
+		for _, d := range fx.rec.Dispositions() {
 			if seenIdx[d.Index] {
 				rt.Fatalf("document %d got two dispositions", d.Index)
 			}
@@ -274,8 +274,8 @@ func TestBudgetStopsRetries(t *testing.T) {
 	if n := len(fake.Calls()); n != 3 {
 		t.Errorf("%d attempts, want 3 (1 + 2 retries the budget allowed)", n)
 	}
-	if fx.rec.budget != 1 {
-		t.Errorf("%d budget-exhausted events, want 1", fx.rec.budget)
+	if fx.rec.BudgetExhausted() != 1 {
+		t.Errorf("%d budget-exhausted events, want 1", fx.rec.BudgetExhausted())
 	}
 	// The budget is shared: the next call gets no retry at all.
 	_, _ = fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 2}})

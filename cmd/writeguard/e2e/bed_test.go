@@ -40,7 +40,7 @@ import (
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/cmd/writeguard/embedded"
 	"github.com/writeguard/writeguard/envelope"
-	"github.com/writeguard/writeguard/hooks"
+	"github.com/writeguard/writeguard/mocks"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/policy"
 )
@@ -389,69 +389,13 @@ func (b *caseBed) dlq(coll string) []envelope.Envelope {
 }
 
 // cbRec records writeguard's hook events.
-type cbRec struct {
-	mu       sync.Mutex
-	attempts []hooks.AttemptStart
-	ends     []hooks.AttemptEnd
-	retries  []hooks.Retry
-	disps    []hooks.Disposition
-	dlq      []hooks.DeadLetterEnd
-	ops      []hooks.OperationEnd
-	budget   int
-}
+type cbRec struct{ mocks.Recorder }
 
-func (r *cbRec) hooks() hooks.Hooks {
-	return hooks.Hooks{
-		AttemptStarted: func(ctx context.Context, ev *hooks.AttemptStart) context.Context {
-			r.mu.Lock()
-			r.attempts = append(r.attempts, *ev)
-			r.mu.Unlock()
-			return ctx
-		},
-		AttemptFinished: func(_ context.Context, ev *hooks.AttemptEnd) {
-			r.mu.Lock()
-			r.ends = append(r.ends, *ev)
-			r.mu.Unlock()
-		},
-		RetryScheduled: func(_ context.Context, ev *hooks.Retry) {
-			r.mu.Lock()
-			r.retries = append(r.retries, *ev)
-			r.mu.Unlock()
-		},
-		BudgetExhausted: func(context.Context, *hooks.BudgetExhausted) {
-			r.mu.Lock()
-			r.budget++
-			r.mu.Unlock()
-		},
-		DeadLetterFinished: func(_ context.Context, ev *hooks.DeadLetterEnd) {
-			r.mu.Lock()
-			r.dlq = append(r.dlq, *ev)
-			r.mu.Unlock()
-		},
-		Disposition: func(_ context.Context, ev *hooks.Disposition) {
-			r.mu.Lock()
-			r.disps = append(r.disps, *ev)
-			r.mu.Unlock()
-		},
-		OperationFinished: func(_ context.Context, ev *hooks.OperationEnd) {
-			r.mu.Lock()
-			r.ops = append(r.ops, *ev)
-			r.mu.Unlock()
-		},
-	}
-}
-
-func (r *cbRec) nRetries() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.retries)
-}
+func (r *cbRec) nRetries() int { return len(r.Retries()) }
 
 func (r *cbRec) retryDelays() []time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	var out []time.Duration
-	for _, ev := range r.retries {
+	for _, ev := range r.Retries() {
 		out = append(out, ev.Delay)
 	}
 	return out
@@ -492,7 +436,7 @@ func (b *caseBed) guardColl(c *mongo.Collection, opts ...writeguard.Option) *cbG
 	base := []writeguard.Option{
 		writeguard.WithDeadLetter(envelope.NewMongoSink(b.db.Collection(g.dlqColl))),
 		writeguard.WithBackoff(cbFastBackoff),
-		writeguard.WithHooks(g.rec.hooks()),
+		writeguard.WithHooks(g.rec.Hooks()),
 	}
 	wg, err := writeguard.Wrap(c, append(base, opts...)...)
 	if err != nil {

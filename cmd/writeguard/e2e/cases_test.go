@@ -95,13 +95,13 @@ func TestC01RetryWithoutIDMakesNoDuplicates(t *testing.T) {
 			if st.Faults[faultproxy.FaultCloseAfterForward] != 1 || st.Documents["insert"] != 6 {
 				t.Errorf("proxy stats: faults %v, insert documents %d; want 1 close_after_forward and 6 documents", st.Faults, st.Documents["insert"])
 			}
-			for _, d := range g.rec.disps {
+			for _, d := range g.rec.Dispositions() {
 				if d.Disposition != writeguard.AlreadyWritten {
 					t.Errorf("document %d: %s, want already_written", d.Index, d.Disposition)
 				}
 			}
-			if len(g.rec.attempts) != 2 {
-				t.Errorf("%d attempts, want 2", len(g.rec.attempts))
+			if len(g.rec.Attempts()) != 2 {
+				t.Errorf("%d attempts, want 2", len(g.rec.Attempts()))
 			}
 			if n := len(b.docs(g.dlqColl)); n != 0 {
 				t.Errorf("DLQ holds %d entries, want 0", n)
@@ -137,7 +137,7 @@ func TestC02OwnWriteVersusForeignDocument(t *testing.T) {
 		if n := len(b.docs(g.dlqColl)); n != 0 {
 			t.Errorf("DLQ holds %d entries", n)
 		}
-		if d := g.rec.disps[0].Disposition; d != writeguard.AlreadyWritten {
+		if d := g.rec.Dispositions()[0].Disposition; d != writeguard.AlreadyWritten {
 			t.Errorf("disposition %s, want already_written", d)
 		}
 	})
@@ -633,9 +633,7 @@ func TestC13DeadLetterWriteFails(t *testing.T) {
 			if n := b.cmds.Writes(dlqNS); n != 2 {
 				t.Errorf("%d DLQ writes, want 2 (the dropped one and its retry); all: %s", n, b.cmds)
 			}
-			g.rec.mu.Lock()
-			puts := len(g.rec.dlq)
-			g.rec.mu.Unlock()
+			puts := len(g.rec.DeadLetters())
 			if puts != 2 {
 				t.Errorf("%d sink attempts seen by the hooks, want 2", puts)
 			}
@@ -874,7 +872,7 @@ func TestC17RetryableWriteConcernError(t *testing.T) {
 		if n := b.cmds.N("insert", b.ns("c17")); n != 2 {
 			t.Errorf("%d insert commands, want 2; all: %s", n, b.cmds)
 		}
-		for _, d := range g.rec.disps {
+		for _, d := range g.rec.Dispositions() {
 			if d.Disposition != writeguard.AlreadyWritten {
 				t.Errorf("document %d: %s, want already_written", d.Index, d.Disposition)
 			}
@@ -924,8 +922,8 @@ func TestC19OverloadLabels(t *testing.T) {
 		if n := b.cmds.N("insert", b.ns("c19")); n != 4 {
 			t.Errorf("%d insert commands, want 4 (driver: 1 + 2 adaptive retries; writeguard: a 2nd attempt)", n)
 		}
-		if len(g.rec.attempts) != 2 {
-			t.Errorf("%d writeguard attempts, want 2", len(g.rec.attempts))
+		if len(g.rec.Attempts()) != 2 {
+			t.Errorf("%d writeguard attempts, want 2", len(g.rec.Attempts()))
 		}
 		if d := g.rec.retryDelays(); len(d) != 1 || d[0] < 0 || d[0] >= 100*time.Millisecond {
 			t.Errorf("writeguard waits %v, want one in [0, 100ms)", d)
@@ -1234,10 +1232,8 @@ func TestC24UpsertRace(t *testing.T) {
 		}
 	}
 	reruns := func(g *cbGuard) int {
-		g.rec.mu.Lock()
-		defer g.rec.mu.Unlock()
 		n := 0
-		for _, e := range g.rec.ends {
+		for _, e := range g.rec.AttemptEnds() {
 			if e.Code == 11000 {
 				n++
 			}
@@ -1353,7 +1349,7 @@ func TestC26Unacknowledged(t *testing.T) {
 		if err != nil || res == nil || res.Acknowledged {
 			t.Fatalf("res %+v err %v, want an unacknowledged result and no error", res, err)
 		}
-		if d := g.rec.disps[0].Disposition; d != writeguard.Unacknowledged {
+		if d := g.rec.Dispositions()[0].Disposition; d != writeguard.Unacknowledged {
 			t.Errorf("hook disposition %s, want unacknowledged", d)
 		}
 	})

@@ -394,7 +394,7 @@ func chaosRun(t *testing.T, seed int64, workers int) {
 	t.Logf("faults fired: %v", st.Faults)
 	t.Logf("commands: insert %d on the target (%d documents sent, %d forwarded), find %d, DLQ writes %d; writeguard attempts %d, retries %d, budget refusals %d",
 		st.CountIn("insert", ns), st.Documents["insert"], st.Forwarded["insert"], st.CountIn("find", ns), b.cmds.Writes(dlqNS),
-		len(g.rec.attempts), len(g.rec.retries), g.rec.budget)
+		len(g.rec.Attempts()), len(g.rec.Retries()), g.rec.BudgetExhausted())
 	for _, k := range []faultproxy.FaultKind{faultproxy.FaultErrorReply, faultproxy.FaultWriteConcernError, faultproxy.FaultCloseBeforeForward,
 		faultproxy.FaultCloseAfterForward, faultproxy.FaultDelay, faultproxy.FaultValidation, faultproxy.FaultDocument} {
 		if st.Faults[k] == 0 && seed == chaosDefaultSeed {
