@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -104,20 +105,11 @@ func New(t Target, opts ...Option) (*Guarded, error) {
 		loggedAt:   map[int32]time.Time{},
 	}
 	if ns, ok := t.(interface{ Namespace() string }); ok {
-		if db, _, found := cut(ns.Namespace()); found {
+		if db, _, found := strings.Cut(ns.Namespace(), "."); found {
 			g.database = db
 		}
 	}
 	return g, nil
-}
-
-func cut(ns string) (db, coll string, ok bool) {
-	for i := 0; i < len(ns); i++ {
-		if ns[i] == '.' {
-			return ns[:i], ns[i+1:], true
-		}
-	}
-	return "", ns, false
 }
 
 // Namespace returns "<database>.<collection>" (just the collection name

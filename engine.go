@@ -67,16 +67,15 @@ type call struct {
 	items      []*item
 	send       func(ctx context.Context, batch []*item) (any, error)
 
-	start     time.Time
-	attempts  int
-	retries   int
-	lastErr   error
-	hint      string
-	extra     []error
-	throttled bool
+	start    time.Time
+	attempts int
+	retries  int
+	lastErr  error
+	hint     string
+	extra    []error
 }
 
-func (g *Guarded) newCall(ctx context.Context, name string, ordered bool) *call {
+func (g *Guarded) newCall(name string, ordered bool) *call {
 	return &call{
 		g:       g,
 		ordered: ordered,
@@ -347,9 +346,6 @@ func (c *call) route(ctx context.Context, batch []*item, fails []policy.Failure)
 				return
 			}
 			it.retry = true
-			if it.class == policy.Throttled {
-				c.throttled = true
-			}
 		case policy.Invalid:
 			invalid = append(invalid, it)
 		case policy.Conflict:

@@ -40,7 +40,7 @@ func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.L
 		})
 		return res, err
 	}
-	c := g.newCall(ctx, "insertOne", true)
+	c := g.newCall("insertOne", true)
 	c.newItems(1)
 	c.prepareDoc(c.items[0], document)
 	c.send = func(ctx context.Context, batch []*item) (any, error) {
@@ -98,7 +98,7 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 	if err != nil {
 		return nil, err
 	}
-	c := g.newCall(ctx, "insertMany", ordered)
+	c := g.newCall("insertMany", ordered)
 	c.newItems(dv.Len())
 	for i, it := range c.items {
 		c.prepareDoc(it, dv.Index(i).Interface())
@@ -166,7 +166,7 @@ func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts
 	if err != nil {
 		return nil, err
 	}
-	c := g.newCall(ctx, "bulkWrite", ordered)
+	c := g.newCall("bulkWrite", ordered)
 	c.idempotent = idempotent(ctx)
 	c.newItems(len(models))
 	for i, m := range models {

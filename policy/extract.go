@@ -3,6 +3,8 @@ package policy
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -177,19 +179,14 @@ func lookupDoc(doc bson.Raw, key string) bson.Raw {
 // (client-backpressure spec), else 0.
 func retryAfter(msg string, raw bson.Raw) time.Duration {
 	const key = "RetryAfterMs="
-	for i := 0; i+len(key) <= len(msg); i++ {
-		if msg[i:i+len(key)] != key {
-			continue
+	if i := strings.Index(msg, key); i >= 0 {
+		digits := msg[i+len(key):]
+		if end := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); end >= 0 {
+			digits = digits[:end]
 		}
-		n, digits := int64(0), 0
-		for j := i + len(key); j < len(msg) && msg[j] >= '0' && msg[j] <= '9' && digits < 12; j++ {
-			n = n*10 + int64(msg[j]-'0')
-			digits++
+		if ms, err := strconv.ParseInt(digits, 10, 64); err == nil && ms > 0 {
+			return time.Duration(ms) * time.Millisecond
 		}
-		if digits > 0 {
-			return time.Duration(n) * time.Millisecond
-		}
-		break
 	}
 	if raw != nil {
 		if v, err := raw.LookupErr("baseBackoffMS"); err == nil {
