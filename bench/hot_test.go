@@ -11,7 +11,7 @@ import (
 
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/mocks"
-	"github.com/writeguard/writeguard/mocks/faultproxy/jsonschema"
+	"github.com/writeguard/writeguard/jsonschema"
 	"github.com/writeguard/writeguard/policy"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/writeguard/writeguard/mocks/faultproxy/jsonschema"
+	"github.com/writeguard/writeguard/jsonschema"
 )
 
 // corpusEntry is one entry of testdata/errinfo_corpus.json (see

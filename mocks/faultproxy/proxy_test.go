@@ -18,7 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/writeguard/writeguard/mocks/faultproxy"
-	"github.com/writeguard/writeguard/mocks/faultproxy/jsonschema"
+	"github.com/writeguard/writeguard/jsonschema"
 )
 
 func TestMain(m *testing.M) {

@@ -10,7 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/writeguard/writeguard/mocks/faultproxy/jsonschema"
+	"github.com/writeguard/writeguard/jsonschema"
 )
 
 // FaultKind names a kind of fault; it keys Stats.Faults.

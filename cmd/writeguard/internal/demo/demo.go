@@ -26,7 +26,7 @@ import (
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
-	"github.com/writeguard/writeguard/mocks/faultproxy/jsonschema"
+	"github.com/writeguard/writeguard/jsonschema"
 	"github.com/writeguard/writeguard/policy"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/writeguard/writeguard/mocks/faultproxy/jsonschema"
+	"github.com/writeguard/writeguard/jsonschema"
 )
 
 func TestEmbeddedDataIsTheCitedFile(t *testing.T) {
