@@ -17,8 +17,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/goleak"
 
-	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/jsonschema"
+	"github.com/writeguard/writeguard/mocks/faultproxy"
 )
 
 func TestMain(m *testing.M) {
