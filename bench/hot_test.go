@@ -10,8 +10,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/writeguard/writeguard/envelope"
-	"github.com/writeguard/writeguard/mocks"
 	"github.com/writeguard/writeguard/jsonschema"
+	"github.com/writeguard/writeguard/mocks"
 	"github.com/writeguard/writeguard/policy"
 )
 

@@ -23,8 +23,8 @@ import (
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/demo"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/progress"
 	"github.com/writeguard/writeguard/envelope"
-	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/jsonschema"
+	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/policy"
 	"github.com/writeguard/writeguard/replay"
 )

@@ -25,8 +25,8 @@ import (
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/progress"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
-	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/jsonschema"
+	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/policy"
 )
 
