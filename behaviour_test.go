@@ -134,7 +134,9 @@ func mustMarshal(v any) bson.Raw {
 // A cancelled context ends the backoff at once and keeps the last server
 // error visible.
 func TestCancelDuringBackoff(t *testing.T) {
-	fake := mocks.NewFake("db.cancel").Script(mocks.Reply(`{"ok":0,"code":189,"codeName":"PrimarySteppedDown","errmsg":"stepdown","errorLabels":["RetryableWriteError"]}`))
+	// 6 HostUnreachable: transient, and (outside the Interruption and
+	// NotPrimaryError categories) proof that nothing was applied.
+	fake := mocks.NewFake("db.cancel").Script(mocks.Reply(`{"ok":0,"code":6,"codeName":"HostUnreachable","errmsg":"unreachable","errorLabels":["RetryableWriteError"]}`))
 	g, err := writeguard.New(fake, writeguard.WithBackoff(policy.Backoff{Base: time.Hour, Cap: time.Hour, MaxElapsed: -1, Jitter: func() float64 { return 0.99 }}))
 	if err != nil {
 		t.Fatal(err)
@@ -147,8 +149,8 @@ func TestCancelDuringBackoff(t *testing.T) {
 		t.Fatalf("returned after %v", d)
 	}
 	var ce mongo.CommandError
-	if !errors.As(err, &ce) || ce.Code != 189 {
-		t.Errorf("err = %v, want the last server error (189) reachable", err)
+	if !errors.As(err, &ce) || ce.Code != 6 {
+		t.Errorf("err = %v, want the last server error (6) reachable", err)
 	}
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, writeguard.ErrExhausted) {
 		t.Errorf("err = %v, want context.Canceled and ErrExhausted", err)

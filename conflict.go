@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -27,8 +26,18 @@ type Conflict struct {
 	// KeyPattern and KeyValue name the unique index and the duplicated
 	// value ({email: 1} and {email: "a@x"}). Servers before 4.2 do not send
 	// them: then both are nil and only Failure.Message names the index.
+	// A KeyValue with a null or missing component never reaches a handler
+	// (it identifies no single document; policy.KeyIdentifies): such a
+	// document ends "conflict" with that reason.
 	KeyPattern bson.Raw
 	KeyValue   bson.Raw // the duplicated value, e.g. {email: "a@x"}
+	// IndexName is the unique index's name as the server's errmsg gives it
+	// ("email_1"), "" when it gives none; IndexFields are its key fields
+	// from KeyPattern (nil without it). IndexKnown is false when neither
+	// names the index (policy.DuplicateKeyIndex).
+	IndexName   string
+	IndexFields []string
+	IndexKnown  bool
 	// Failure is the duplicate-key failure itself.
 	Failure policy.Failure
 	// Target is the collection written to, for handlers that write (see
@@ -75,8 +84,11 @@ func ConflictSkip() ConflictHandler {
 
 // ConflictReplace replaces the stored document that holds the conflicting
 // key with the inserted one ("conflict_replaced"). The filter is KeyValue
-// ({email: "a@x"}); on the _id index, or when the server sent no KeyValue
-// (before 4.2), it is {_id: <the document's _id>}. When the filter is not
+// ({email: "a@x"}); on the _id index (keyPattern {_id: 1}, or errmsg index
+// "_id_") it is {_id: <the document's _id>}. When the server sent no
+// KeyValue for another index, or named no index at all (Azure Cosmos DB),
+// nothing is replaced: the document ends "conflict" with an error saying
+// why. When the filter is not
 // _id, the replacement leaves out the document's _id, since a replace
 // cannot change the stored _id. Only insert documents are replaced; other
 // models, and a filter that matches nothing, end "conflict" with an error
@@ -114,18 +126,25 @@ func replaceArgs(c *Conflict) (filter, replacement bson.Raw, err error) {
 	if err != nil {
 		return nil, nil, errors.New("writeguard: ConflictReplace: document has no _id")
 	}
-	onID := len(c.KeyValue) == 0
-	if !onID {
-		elems, err := c.KeyValue.Elements()
-		if err != nil || len(elems) == 0 {
-			onID = true
-		} else if len(elems) == 1 && elems[0].Key() == "_id" {
+	onID := policy.OnIDIndex(c.Failure)
+	if !onID && len(c.KeyValue) > 0 {
+		if elems, err := c.KeyValue.Elements(); err == nil && len(elems) == 1 && elems[0].Key() == "_id" {
 			onID = true
 		}
 	}
 	if onID {
 		f, err := bson.Marshal(bson.D{{Key: "_id", Value: id}})
 		return f, c.Document, err
+	}
+	if ok, field := policy.KeyIdentifies(c.KeyPattern, c.KeyValue); !ok {
+		switch {
+		case !c.IndexKnown:
+			return nil, nil, errors.New("writeguard: ConflictReplace: the server named neither the index nor the key (no keyPattern, no index in errmsg); nothing replaced")
+		case field == "":
+			return nil, nil, fmt.Errorf("writeguard: ConflictReplace: the server sent no keyValue for index %q; nothing replaced", c.IndexName)
+		default:
+			return nil, nil, fmt.Errorf("writeguard: ConflictReplace: key field %q is null or missing; it identifies no single document; nothing replaced", field)
+		}
 	}
 	elems, err := c.Document.Elements()
 	if err != nil {
@@ -144,5 +163,54 @@ func replaceArgs(c *Conflict) (filter, replacement bson.Raw, err error) {
 // validResolution reports whether d is a disposition a ConflictHandler may
 // return.
 func validResolution(d policy.Disposition) bool {
-	return d == policy.Conflicted || strings.HasPrefix(string(d), "conflict_") && len(d) > len("conflict_")
+	return d == policy.Conflicted || d.IsConflict() && len(d) > len("conflict_")
+}
+
+// conflictIdentifiable checks, before any handler runs, that the duplicate
+// key identifies one stored document: a key value with a null or missing
+// component identifies nobody (policy.KeyIdentifies), so the document ends
+// "conflict" with that reason and no handler acts on it.
+func (c *call) conflictIdentifiable(it *item) bool {
+	if len(it.fail.KeyValue) == 0 {
+		return true
+	}
+	ok, field := policy.KeyIdentifies(it.fail.KeyPattern, it.fail.KeyValue)
+	if ok {
+		return true
+	}
+	it.err = fmt.Errorf("writeguard: duplicate key with null or missing field %q identifies no single document (use a sparse or partial unique index); no conflict handler was run", field)
+	c.settle(it, Conflicted)
+	return false
+}
+
+func (c *call) handleConflict(ctx context.Context, it *item) {
+	cf := &Conflict{Operation: c.op.Name, Index: it.index, Document: it.doc, Failure: *it.fail, Target: c.g.target}
+	cf.Model = it.model
+	cf.KeyPattern, cf.KeyValue = it.fail.KeyPattern, it.fail.KeyValue
+	cf.IndexName, cf.IndexFields, cf.IndexKnown = policy.DuplicateKeyIndex(*it.fail)
+	var d Disposition
+	err := recovered("conflict handler", func() (err error) {
+		d, err = c.g.cfg.conflict.Resolve(ctx, cf)
+		return err
+	})
+	if err == nil && !validResolution(d) {
+		err = fmt.Errorf("writeguard: conflict handler returned disposition %q; want %q or \"conflict_<verb>\"", d, Conflicted)
+	}
+	if err != nil {
+		it.err = err
+		d = Conflicted
+	}
+	c.settle(it, d)
+}
+
+// recovered runs user code (a conflict handler, a sink) and turns a panic
+// into an error naming what panicked, so that one bad callback cannot take
+// the other documents' outcomes with it.
+func recovered(what string, f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("writeguard: %s panicked: %v", what, r)
+		}
+	}()
+	return f()
 }

@@ -80,7 +80,7 @@ func (c *call) put(ctx context.Context, sink envelope.Sink, envs []envelope.Enve
 func (c *call) envelopeFor(it *item, now time.Time, sc trace.SpanContext) envelope.Envelope {
 	f := it.fail
 	original, idAssigned := it.doc, false
-	if it.kind == kindInsert {
+	if it.kind == policy.KindInsert {
 		idAssigned = it.idAssigned
 	} else {
 		original = modelDocument(it.model)

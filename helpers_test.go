@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/mocks"
 	"github.com/writeguard/writeguard/policy"
@@ -54,3 +56,14 @@ func dispositions(r *writeguard.Report) []writeguard.Disposition {
 }
 
 var fakeStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// idString renders an _id as the driver returns it (a Go value) in
+// Extended JSON, to compare it with storedIDs.
+func idString(t *testing.T, id any) string {
+	t.Helper()
+	raw, err := bson.Marshal(bson.D{{Key: "_id", Value: id}})
+	if err != nil {
+		t.Fatalf("marshal _id %v: %v", id, err)
+	}
+	return bson.Raw(raw).Lookup("_id").String()
+}

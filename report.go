@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -56,7 +57,7 @@ func sentinel(d Disposition) error {
 		return ErrDeadLettered
 	case d == DeadLetterFailed:
 		return ErrDeadLetterFailed
-	case d == Conflicted, strings.HasPrefix(string(d), "conflict_"):
+	case d.IsConflict():
 		return ErrConflict
 	case d == Failed:
 		return ErrFailed
@@ -79,7 +80,9 @@ type Outcome struct {
 	// Index is the position in the caller's input.
 	Index int
 	// ID is the document's _id (assigned by writeguard when the input had
-	// none) for inserts, nil for other models.
+	// none) for inserts, nil for other models. It is the Go value the
+	// driver returns for that _id on every path (policy.IDValue): a string
+	// _id is a string, a generated one a bson.ObjectID.
 	ID any
 	// Disposition is the terminal outcome.
 	Disposition Disposition
@@ -90,9 +93,11 @@ type Outcome struct {
 	Failure *policy.Failure
 	// Attempts is how many times it was sent (0 for not_attempted).
 	Attempts int
-	// MaybeWritten is true when an attempt ended ambiguously (lost reply,
-	// timeout, write concern error): unless the disposition says it was
-	// written, reconcile by _id before writing it again.
+	// MaybeWritten is true when an attempt may have applied the document
+	// (a lost reply, a timeout after sending, an interrupted command) and
+	// no later reply or read-back proved it stored or absent: reconcile by
+	// _id before writing it again. It is false for the stored
+	// dispositions (written, already_written, written_unconfirmed).
 	MaybeWritten bool
 	// Document is the document as prepared for the write (with its _id),
 	// for inserts; nil for other models. It is kept for every outcome, so
@@ -164,8 +169,18 @@ func (r *Report) Handled() bool {
 	return true
 }
 
-// Error summarises the report: the counts per disposition, the codes seen
-// and the last driver error. Document values never appear in it.
+// maxErrorLen bounds Report.Error() in bytes.
+const maxErrorLen = 1024
+
+// maxFailureKinds bounds the distinct failure kinds Report.Error() lists.
+const maxFailureKinds = 8
+
+// Error summarises the report in at most 1 KiB: the counts per
+// disposition, each distinct failure as code, code name, shape and class
+// with its count, the hint, and the last driver error's code. It never
+// contains a document value, a key value, an errInfo value or a server
+// message (they may quote document values); reach those through Outcomes
+// and errors.As (the driver's error is Report.Err).
 func (r *Report) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "writeguard: %s %s: ", r.Operation, r.Namespace)
@@ -181,36 +196,105 @@ func (r *Report) Error() string {
 		}
 		fmt.Fprintf(&b, "%d %s", counts[Disposition(k)], k)
 	}
-	codes := map[string]bool{}
-	var list []string
-	for i := range r.Outcomes {
-		if f := r.Outcomes[i].Failure; f != nil && !r.Outcomes[i].Disposition.Stored() {
-			c := fmt.Sprintf("%d %s", f.Code, f.CodeName)
-			switch {
-			case f.Origin == policy.OriginClient:
-				// A client-side error names a Go type or a size, never
-				// a document value: say what it was.
-				c = "client: " + f.Message
-			case f.Code == 0:
-				c = f.Origin.String()
-			}
-			c = strings.TrimSpace(c) + " (" + r.Outcomes[i].Class.String() + ")"
-			if !codes[c] {
-				codes[c] = true
-				list = append(list, c)
-			}
-		}
-	}
-	if len(list) > 0 {
-		fmt.Fprintf(&b, "; failures: %s", strings.Join(list, ", "))
+	if kinds := r.failureKinds(); len(kinds) > 0 {
+		b.WriteString("; failures: ")
+		b.WriteString(strings.Join(kinds, ", "))
 	}
 	if r.Hint != "" {
 		fmt.Fprintf(&b, "; %s", r.Hint)
 	}
-	if r.Err != nil {
-		fmt.Fprintf(&b, "; last error: %v", r.Err)
+	if fs := policy.Extract(r.Err); len(fs) > 0 {
+		fmt.Fprintf(&b, "; last error: %s", failureKind(&fs[0]))
 	}
-	return b.String()
+	out := b.String()
+	if len(out) > maxErrorLen {
+		out = out[:maxErrorLen-3] + "..."
+	}
+	return out
+}
+
+// failureKinds lists each distinct failure of the inputs not stored, with
+// its class and count, in order of first appearance.
+func (r *Report) failureKinds() []string {
+	n := map[string]int{}
+	var order []string
+	for i := range r.Outcomes {
+		o := &r.Outcomes[i]
+		if o.Failure == nil || o.Disposition.Stored() {
+			continue
+		}
+		k := failureKind(o.Failure) + " (" + o.Class.String() + ")"
+		if n[k] == 0 {
+			order = append(order, k)
+		}
+		n[k]++
+	}
+	out := make([]string, 0, min(len(order), maxFailureKinds)+1)
+	for i, k := range order {
+		if i == maxFailureKinds {
+			out = append(out, fmt.Sprintf("+%d more kinds", len(order)-maxFailureKinds))
+			break
+		}
+		out = append(out, fmt.Sprintf("%s x%d", k, n[k]))
+	}
+	return out
+}
+
+// failureKind names a failure by code, code name and shape, never by its
+// message: "11000 DuplicateKey", "network_in_flight", "client: marshal
+// error".
+func failureKind(f *policy.Failure) string {
+	switch {
+	case f.Origin == policy.OriginClient && f.Code == 0:
+		return "client: " + clientErrorKind(f.Err)
+	case f.Code == 0:
+		return f.Shape.String()
+	case f.CodeName == "":
+		return fmt.Sprintf("%d %s", f.Code, f.Shape)
+	}
+	return fmt.Sprintf("%d %s", f.Code, f.CodeName)
+}
+
+// clientErrorKind names a client-side error without quoting it.
+func clientErrorKind(err error) string {
+	var me mongo.MarshalError
+	switch {
+	case errors.As(err, &me):
+		return "marshal error"
+	case errors.Is(err, mongo.ErrNilDocument):
+		return "nil document"
+	case errors.Is(err, errTooLarge):
+		return "document over 16 MiB"
+	case errors.Is(err, errInvalidBSON):
+		return "invalid BSON"
+	case errors.Is(err, mongo.ErrClientDisconnected):
+		return "client disconnected"
+	}
+	return "error"
+}
+
+// ErrorType returns a short, bounded name for what made the call fail, for
+// an OpenTelemetry error.type attribute: the code of the first input that
+// ended unhandled ("11000"), else its failure's shape or class
+// ("network_in_flight", "transient"), else its disposition ("exhausted").
+// It returns "" when every input was handled.
+func (r *Report) ErrorType() string {
+	for i := range r.Outcomes {
+		o := &r.Outcomes[i]
+		if o.Disposition.Handled() {
+			continue
+		}
+		switch {
+		case o.Failure == nil:
+			return string(o.Disposition)
+		case o.Failure.Code != 0:
+			return strconv.Itoa(int(o.Failure.Code))
+		case o.Failure.Origin == policy.OriginClient:
+			return "client"
+		}
+		return o.Failure.Shape.String()
+	}
+	return ""
 }
 
 // Unwrap returns the sentinels of the dispositions present, the driver's

@@ -247,7 +247,7 @@ func TestRoutingProperties(t *testing.T) {
 				continue
 			}
 			i := d.Lookup("n").Int32()
-			if id, ok := outcomes[i].ID.(bson.RawValue); r != nil && ok && !id.Equal(d.Lookup("_id")) {
+			if id := outcomes[i].ID; r != nil && id != nil && idString(t, id) != d.Lookup("_id").String() {
 				rt.Fatalf("outcome %d has id %v, stored %v", i, id, d.Lookup("_id"))
 			}
 		}

@@ -200,7 +200,7 @@ func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts
 	// are counted from the dispositions: every insert model stored once.
 	total.InsertedCount = 0
 	for _, it := range c.items {
-		if it.kind == kindInsert && it.disp.Stored() {
+		if it.kind == policy.KindInsert && it.disp.Stored() {
 			total.InsertedCount++
 		}
 		if it.disp == Unacknowledged {

@@ -149,6 +149,8 @@ type Fault struct {
 	docErrors []docFail // per-document errors
 	hang      bool      // after applying, wait for the context to end
 	unacked   bool      // acknowledge nothing (w: 0)
+	partial   int       // with reply or network: apply the first partial-1 writes first
+	err       error     // fail with this client-side error, applying nothing
 }
 
 type docFail struct {
@@ -201,6 +203,47 @@ func WriteConcernError(code int32, codeName, errmsg string, labels ...string) Fa
 // Combine.
 func DocError(id any, code int32, errmsg string) Fault {
 	return Fault{name: "doc_error", apply: true, docErrors: []docFail{{id: id, fields: bson.D{{Key: "code", Value: code}, {Key: "errmsg", Value: errmsg}}}}}
+}
+
+// PoolCleared fails the call the way the driver does when the connection
+// pool was cleared while the call waited for a connection: nothing is
+// sent, and the error (no code, no label, not a network error) says
+// Retryable() true, like the driver's own pool-cleared error
+// (x/mongo/driver/topology, CMAP spec PoolClearedError).
+func PoolCleared() Fault {
+	return Fault{name: "pool_cleared", err: PoolClearedError{Address: "localhost:27017"}}
+}
+
+// PoolClearedError has the shape of the driver's error for a checkout from
+// a cleared connection pool: its Retryable method returns true (the
+// driver's RetryablePoolError interface), and it carries no server code or
+// label.
+type PoolClearedError struct {
+	// Address is the server whose pool was cleared.
+	Address string
+}
+
+// Error says which pool was cleared.
+func (e PoolClearedError) Error() string {
+	return "connection pool for " + e.Address + " was cleared because another operation failed with: connection reset by peer"
+}
+
+// Retryable returns true: the driver deems every pool-cleared error
+// retryable.
+func (PoolClearedError) Retryable() bool { return true }
+
+// ApplyFirst applies the first k writes of the call (as the server commits
+// the start of a batch before it is interrupted), then answers as then
+// does without applying anything more: then is a Reply (an ok: 0
+// interruption such as {"ok":0,"code":11600,"codeName":"InterruptedAtShutdown"})
+// or DropConnection (the reply is lost). k larger than the call applies
+// every write. It panics when then is neither: a test bug.
+func ApplyFirst(k int, then Fault) Fault {
+	if then.reply == nil && !then.network || then.apply {
+		panic("mocks.ApplyFirst: then must be a Reply or DropConnection")
+	}
+	then.name, then.partial = "apply_first_then_"+then.name, k+1
+	return then
 }
 
 // Combine merges the per-document errors of several DocError faults.
@@ -346,7 +389,10 @@ func (f *Fake) exec(ctx context.Context, opName string, ops []op, ordered bool) 
 	f.mu.Unlock()
 	if ft.hang {
 		<-ctx.Done()
-		return nil, fmt.Errorf("mocks: connection read: %w", ctx.Err())
+		// As the driver reports a deadline or cancellation while reading
+		// the reply: labelled NetworkError, wrapping the context's error.
+		return nil, mongo.CommandError{Message: "connection(localhost:27017) incomplete read of message header: " + ctx.Err().Error(),
+			Labels: []string{"NetworkError"}, Wrapped: ctx.Err()}
 	}
 	if ft.unacked {
 		return nil, errUnacknowledged
@@ -366,6 +412,15 @@ func (f *Fake) execLocked(ft Fault, opName string, ops []op, ordered bool) (*exe
 		}
 	}
 	f.calls = append(f.calls, call)
+	if ft.err != nil {
+		return nil, ft.err
+	}
+	if ft.partial > 0 {
+		var c counts
+		for i := 0; i < len(ops) && i < ft.partial-1; i++ {
+			f.apply(i, ops[i], &c)
+		}
+	}
 	if ft.reply != nil {
 		_, err := ReplyResult(opName, ft.reply)
 		return nil, err

@@ -6,6 +6,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/writeguard/writeguard/policy"
 )
 
 // marshalWithID marshals doc and prepends an ObjectID _id when it has
@@ -33,7 +35,7 @@ func marshalWithID(doc any) (bson.Raw, any, error) {
 
 func ensureID(raw bson.Raw) (bson.Raw, any, error) {
 	if v, err := raw.LookupErr("_id"); err == nil {
-		return raw, v, nil
+		return raw, policy.IDValue(v), nil // the value the driver returns
 	}
 	var d bson.D
 	if err := bson.Unmarshal(raw, &d); err != nil {

@@ -114,15 +114,22 @@ var (
 //     call is Unknown.
 //  2. Network errors, timeouts and a cancelled context are Transient (the
 //     retry loop stops on its own when the context is done).
-//  3. Label SystemOverloadedError: Throttled when RetryableError is also
+//  3. A whole-command reply saying the server does not support retryable
+//     writes (RetryableWritesUnsupported: Azure Cosmos DB's code 2, Amazon
+//     DocumentDB's 301) is Configuration, whatever its code's class.
+//  4. Label SystemOverloadedError: Throttled when RetryableError is also
 //     present (a "retryable overload error", client-backpressure spec),
 //     otherwise Unknown, because the server said the command is not safe to
 //     retry.
-//  4. Labels RetryableWriteError (retryable-writes spec) and
+//  5. Labels RetryableWriteError (retryable-writes spec) and
 //     TransientTransactionError are Transient.
-//  5. Codes, in this order: Conflict (and 16460 with " E11000 "), Invalid,
+//  6. Codes, in this order: Conflict (and 16460 with " E11000 "), Invalid,
 //     Configuration, Throttled, Transient.
-//  6. Everything else is Unknown: never retried.
+//  7. Everything else is Unknown: never retried.
+//
+// A class is about the failure; what it means for the documents also
+// depends on the failure's Shape: Route never dead-letters or hands to a
+// conflict handler on a whole-command failure, whatever its class.
 //
 // Codes inside errInfo (a 121's nested {code: 2} for a throwing $expr) are
 // never read: only the failure's own code counts.
@@ -184,6 +191,9 @@ func (t *Table) Classify(f Failure) Class {
 	case OriginNetwork, OriginTimeout, OriginContext:
 		return Transient
 	}
+	if f.Index == WholeCommand && RetryableWritesUnsupported(f.Code, f.Message) {
+		return Configuration
+	}
 	if f.HasLabel(LabelSystemOverloaded) {
 		if f.HasLabel(LabelRetryable) {
 			return Throttled
@@ -206,4 +216,21 @@ func (t *Table) Classify(f Failure) Class {
 		return Transient
 	}
 	return Unknown
+}
+
+// RetryableWritesUnsupported reports whether a whole-command reply (code,
+// errmsg) says that the server does not support retryable writes and the
+// client must turn them off: Azure Cosmos DB for MongoDB answers code 2
+// BadValue "Retryable writes are not supported. Please disable retryable
+// writes by specifying "retrywrites=false" ..." and Amazon DocumentDB 301
+// "Retryable writes are not supported". The reply names a client setting,
+// so its code is not a verdict on the documents. This is the one place the
+// classifier reads message text, because these servers give no other
+// sign.
+func RetryableWritesUnsupported(code int32, msg string) bool {
+	if code != 2 && code != 301 {
+		return false
+	}
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "retryable writes are not supported") || strings.Contains(m, "retrywrites=false")
 }

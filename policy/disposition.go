@@ -57,7 +57,13 @@ func (d Disposition) Handled() bool {
 	case Written, AlreadyWritten, DeadLettered:
 		return true
 	}
-	return strings.HasPrefix(string(d), "conflict_")
+	return d.IsConflict() && d != Conflicted
+}
+
+// IsConflict reports whether the disposition is about a duplicate key:
+// "conflict" itself or a conflict handler's "conflict_<verb>" resolution.
+func (d Disposition) IsConflict() bool {
+	return d == Conflicted || strings.HasPrefix(string(d), "conflict_")
 }
 
 // Stored reports whether the document is in the target collection as far

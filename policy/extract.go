@@ -9,8 +9,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
-	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 )
 
 // Extract turns an error returned by the driver for insertOne, insertMany
@@ -35,11 +33,17 @@ import (
 //     of the server's 20 IllegalOperation "Transaction numbers are only
 //     allowed on a replica set member or mongos": Code 20.
 //
-// Ambiguous is set when the write may have been applied: network errors
-// (unless labelled NoWritesPerformed; a server selection error, even one
-// ended by the context's deadline, sent nothing), timeouts other than ErrDeadlineWouldBeExceeded (never sent),
-// a cancelled context, and write concern errors. RetryAfter is parsed from
-// a Cosmos DB errmsg ("RetryAfterMs=8") or a baseBackoffMS field.
+// Every Failure gets its Shape (see ReplyShapes for what each proves): a
+// NetworkError label means the command was written to a connection (lost
+// reply: maybe applied), whatever else the error wraps; without it, a
+// cancelled context, a passed deadline, a server selection failure and a
+// connection checkout failure (cleared pool, wait-queue timeout, failed
+// handshake) sent nothing. A whole-command ok: 0 is an interruption (maybe
+// applied) when its code is in InterruptedCodes, and rejected before it ran
+// otherwise. The label NoWritesPerformed overrides any shape: nothing was
+// written. Ambiguous is set when Proof() is MaybeApplied or
+// AppliedUnconfirmed. RetryAfter is parsed from a Cosmos DB errmsg
+// ("RetryAfterMs=8") or a baseBackoffMS field.
 //
 // Extract returns nil for a nil error. Every Failure keeps the driver
 // error in Err, so nothing of it is lost.
@@ -57,7 +61,7 @@ func Extract(err error) []Failure {
 			out = append(out, wceFailure(bwe.WriteConcernError, bwe.Labels, err))
 		}
 		if len(out) == 0 {
-			out = append(out, Failure{Index: WholeCommand, Origin: OriginServer, Labels: bwe.Labels, Message: err.Error(), Err: err})
+			out = append(out, Failure{Index: WholeCommand, Origin: OriginServer, Shape: ShapeCommandRejected, Labels: bwe.Labels, Message: err.Error(), Err: err})
 		}
 		return out
 	}
@@ -71,7 +75,7 @@ func Extract(err error) []Failure {
 			out = append(out, wceFailure(we.WriteConcernError, we.Labels, err))
 		}
 		if len(out) == 0 {
-			out = append(out, Failure{Index: WholeCommand, Origin: OriginServer, Labels: we.Labels, Raw: we.Raw, Message: err.Error(), Err: err})
+			out = append(out, Failure{Index: WholeCommand, Origin: OriginServer, Shape: ShapeCommandRejected, Labels: we.Labels, Raw: we.Raw, Message: err.Error(), Err: err})
 		}
 		return out
 	}
@@ -82,6 +86,7 @@ func writeErrorFailure(we mongo.WriteError, err error) Failure {
 	f := Failure{
 		Index:   we.Index,
 		Origin:  OriginServer,
+		Shape:   ShapeWriteError,
 		Code:    int32(we.Code),
 		Message: we.Message,
 		ErrInfo: we.Details,
@@ -101,6 +106,7 @@ func wceFailure(wce *mongo.WriteConcernError, labels []string, err error) Failur
 	f := Failure{
 		Index:     WholeCommand,
 		Origin:    OriginWriteConcern,
+		Shape:     ShapeWriteConcernError,
 		Code:      int32(wce.Code),
 		CodeName:  wce.Name,
 		Message:   wce.Message,
@@ -115,7 +121,7 @@ func wceFailure(wce *mongo.WriteConcernError, labels []string, err error) Failur
 }
 
 func commandFailure(err error) Failure {
-	f := Failure{Index: WholeCommand, Origin: OriginClient, Message: err.Error(), Err: err}
+	f := Failure{Index: WholeCommand, Origin: OriginClient, Shape: ShapeClient, Message: err.Error(), Err: err}
 	var ce mongo.CommandError
 	if errors.As(err, &ce) {
 		f.Code, f.CodeName, f.Labels, f.Raw = ce.Code, ce.Name, ce.Labels, ce.Raw
@@ -130,27 +136,71 @@ func commandFailure(err error) Failure {
 			f.KeyValue = lookupDoc(ce.Raw, "keyValue")
 		}
 		f.RetryAfter = retryAfter(f.Message, ce.Raw)
+		f.Shape = serverShape(f.Code, f.Message)
 	}
-	switch {
-	case errors.Is(err, driver.ErrDeadlineWouldBeExceeded):
-		f.Origin = OriginTimeout // not sent: not ambiguous
-	case errors.As(err, new(topology.ServerSelectionError)):
-		// No server was selected, so nothing was sent, whatever ended the
-		// selection (its timeout, or the context's deadline).
-		f.Origin = OriginNetwork
-	case errors.Is(err, context.Canceled):
-		f.Origin, f.Ambiguous = OriginContext, true
-	case mongo.IsNetworkError(err):
-		f.Origin, f.Ambiguous = OriginNetwork, true
-	case mongo.IsTimeout(err):
-		f.Origin, f.Ambiguous = OriginTimeout, true
-	case errors.Is(err, driver.ErrUnsupportedStorageEngine):
-		f.Origin, f.Code, f.CodeName = OriginServer, 20, "IllegalOperation"
+	f.Origin, f.Shape = clientSide(err, f)
+	if f.Code == 0 && unsupportedStorageEngine(err) {
+		f.Code, f.CodeName = 20, "IllegalOperation"
 	}
 	if f.HasLabel(LabelNoWritesPerformed) {
-		f.Ambiguous = false
+		f.Shape = ShapeNoWritesPerformed
 	}
+	f.Ambiguous = f.Proof() == MaybeApplied
 	return f
+}
+
+// clientSide reads the origin and shape of an error the driver raised
+// itself (no server reply, or a reply lost), in the order that makes each
+// answer true: an error on a connection the command was written to carries
+// the driver's NetworkError label, whatever else it wraps (a cancelled
+// context, a deadline); without that label nothing was sent.
+func clientSide(err error, f Failure) (Origin, Shape) {
+	inFlight := f.HasLabel(LabelNetworkError)
+	switch {
+	case inFlight && (mongo.IsTimeout(err) || errors.Is(err, context.Canceled)):
+		if errors.Is(err, context.Canceled) {
+			return OriginContext, ShapeTimeoutInFlight
+		}
+		return OriginTimeout, ShapeTimeoutInFlight
+	case inFlight:
+		return OriginNetwork, ShapeNetworkInFlight
+	case f.Origin == OriginServer && (f.Code != 0 || f.Raw != nil):
+		// The server answered. MaxTimeMSExpired 50 also wraps the
+		// context's deadline, but it is the server's interruption.
+		if mongo.IsTimeout(err) {
+			return OriginTimeout, f.Shape
+		}
+		return f.Origin, f.Shape
+	case deadlineWouldBeExceeded(err):
+		return OriginTimeout, ShapeTimeoutBeforeSend
+	case serverSelection(err):
+		return OriginNetwork, ShapeServerSelection
+	case checkout(err):
+		if mongo.IsTimeout(err) {
+			return OriginTimeout, ShapeCheckout
+		}
+		return OriginNetwork, ShapeCheckout
+	case errors.Is(err, context.Canceled):
+		return OriginContext, ShapeContextBeforeSend
+	case errors.Is(err, context.DeadlineExceeded):
+		return OriginTimeout, ShapeTimeoutBeforeSend
+	case unsupportedStorageEngine(err):
+		return OriginServer, ShapeConfiguration
+	}
+	return f.Origin, f.Shape
+}
+
+// serverShape is the shape of a whole-command ok: 0 reply with code.
+func serverShape(code int32, msg string) Shape {
+	switch {
+	case inCodes(InterruptedCodes, code):
+		return ShapeInterrupted
+	case inCodes(DefaultConfigurationCodes, code), RetryableWritesUnsupported(code, msg):
+		return ShapeConfiguration
+	case inCodes(AuthorizationCodes, code):
+		return ShapeAuthorization
+	}
+	return ShapeCommandRejected
 }
 
 func lookupString(doc bson.Raw, key string) string {

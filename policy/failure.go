@@ -111,10 +111,14 @@ type Failure struct {
 	// error (servers 4.2+); nil when the server did not send them.
 	KeyPattern bson.Raw
 	KeyValue   bson.Raw // the duplicated value, e.g. {email: "a@x"}
+	// Shape is where in the reply (or the client) the failure came from;
+	// it alone decides what the failure proves about the documents of the
+	// command (Proof, ReplyShapes).
+	Shape Shape
 	// Ambiguous is true when the write may have been applied although it
-	// failed: a network error after the request may have been sent, a
-	// timeout, or a write concern error (applied on the primary). The
-	// label NoWritesPerformed clears it.
+	// failed: Proof() is MaybeApplied or AppliedUnconfirmed (a lost reply,
+	// a timeout after sending, an interrupted command, a write concern
+	// error). The label NoWritesPerformed clears it.
 	Ambiguous bool
 	// RetryAfter is the delay the server asked for before a retry: Cosmos
 	// DB's "RetryAfterMs=" in errmsg, or the client-backpressure spec's

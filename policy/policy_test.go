@@ -94,8 +94,12 @@ func TestExtractClientErrors(t *testing.T) {
 		ambiguous bool
 	}{
 		{"network", mocks.NetworkError(mocks.OpInsertMany), policy.OriginNetwork, policy.Transient, true},
-		{"canceled", fmt.Errorf("write: %w", context.Canceled), policy.OriginContext, policy.Transient, true},
-		{"deadline", deadline.Err(), policy.OriginTimeout, policy.Transient, true},
+		// Without the driver's NetworkError label a cancelled context or a
+		// passed deadline stopped the call before anything was sent.
+		{"canceled", fmt.Errorf("write: %w", context.Canceled), policy.OriginContext, policy.Transient, false},
+		{"deadline", deadline.Err(), policy.OriginTimeout, policy.Transient, false},
+		{"canceled in flight", mongo.CommandError{Labels: []string{"NetworkError"}, Wrapped: context.Canceled}, policy.OriginContext, policy.Transient, true},
+		{"pool cleared", mocks.PoolClearedError{Address: "h:1"}, policy.OriginNetwork, policy.Transient, false},
 		{"marshal", mongo.MarshalError{Value: 1, Err: errors.New("bad")}, policy.OriginClient, policy.Unknown, false},
 		{"nil document", mongo.ErrNilDocument, policy.OriginClient, policy.Unknown, false},
 	}

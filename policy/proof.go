@@ -1,0 +1,208 @@
+package policy
+
+import "strconv"
+
+// Proof is what a failed reply proves about one document or write model of
+// the command it answered. A disposition may claim only what the proofs of
+// its attempts support: a document is called written only on Applied, and
+// not stored only on NotApplied or NotSent.
+type Proof uint8
+
+const (
+	// NotApplied: the server received the document and did not apply it
+	// (a per-document write error, a command rejected before it ran, the
+	// label NoWritesPerformed, the tail of an ordered write after its first
+	// write error).
+	NotApplied Proof = iota
+	// Applied: the server acknowledged the write of this document (it has
+	// no write error of its own and no write concern error came with it).
+	Applied
+	// AppliedUnconfirmed: applied on the primary, but the write concern was
+	// not satisfied (writeConcernError): it may still be rolled back.
+	AppliedUnconfirmed
+	// MaybeApplied: the reply cannot say (a lost reply, a timeout after
+	// sending, an interrupted command that may have committed the start of
+	// its batch, an unacknowledged write).
+	MaybeApplied
+	// NotSent: the document never left the client on this attempt (a
+	// context done before sending, a server selection or connection
+	// checkout failure, a cleared connection pool, a client-side error).
+	NotSent
+)
+
+// String returns the proof's name: not_applied, applied,
+// applied_unconfirmed, maybe_applied or not_sent.
+func (p Proof) String() string {
+	switch p {
+	case NotApplied:
+		return "not_applied"
+	case Applied:
+		return "applied"
+	case AppliedUnconfirmed:
+		return "applied_unconfirmed"
+	case MaybeApplied:
+		return "maybe_applied"
+	case NotSent:
+		return "not_sent"
+	}
+	return "proof(" + strconv.Itoa(int(p)) + ")"
+}
+
+// Shape is the shape of a failure as Extract reads it from the driver's
+// error: which part of the reply (or of the client) it came from. The shape
+// alone decides what the failure proves (see ReplyShapes); the class
+// decides what is done about it.
+type Shape uint8
+
+// The reply shapes, one row each in ReplyShapes.
+const (
+	// ShapeWriteError is one entry of writeErrors (ok: 1 reply).
+	ShapeWriteError Shape = iota
+	// ShapeWriteConcernError is the reply's writeConcernError.
+	ShapeWriteConcernError
+	// ShapeInterrupted is a whole-command ok: 0 whose code is in the
+	// server's Interruption, NotPrimaryError or ShutdownError category
+	// (InterruptedCodes).
+	ShapeInterrupted
+	// ShapeConfiguration is a whole-command ok: 0 that names a deployment
+	// or client setting (DefaultConfigurationCodes, a code-2 or 301
+	// "retryable writes are not supported" reply).
+	ShapeConfiguration
+	// ShapeAuthorization is a whole-command ok: 0 for a missing privilege
+	// or a failed authentication (AuthorizationCodes).
+	ShapeAuthorization
+	// ShapeCommandRejected is any other whole-command ok: 0.
+	ShapeCommandRejected
+	// ShapeNoWritesPerformed is any error labelled NoWritesPerformed.
+	ShapeNoWritesPerformed
+	// ShapeNetworkInFlight is a network error on a connection the command
+	// was written to (driver label NetworkError): the reply was lost.
+	ShapeNetworkInFlight
+	// ShapeTimeoutInFlight is a client-side timeout or cancellation after
+	// the command was sent (the driver labels it NetworkError).
+	ShapeTimeoutInFlight
+	// ShapeCheckout is a failure to get a connection: the pool was cleared
+	// (the driver's retryable pool error), the checkout timed out
+	// (WaitQueueTimeoutError), or the connection handshake failed.
+	ShapeCheckout
+	// ShapeServerSelection is a server selection failure: no server was
+	// chosen, whatever ended the selection.
+	ShapeServerSelection
+	// ShapeTimeoutBeforeSend is a deadline too close to send the command
+	// (the driver's ErrDeadlineWouldBeExceeded) or a deadline passed before
+	// the command was sent.
+	ShapeTimeoutBeforeSend
+	// ShapeContextBeforeSend is a context cancelled before the command was
+	// sent.
+	ShapeContextBeforeSend
+	// ShapeUnacknowledged is a write sent with w: 0: the server answers
+	// nothing.
+	ShapeUnacknowledged
+	// ShapeClient is a client-side error before sending: a marshal error,
+	// a nil document, a document over the maximum size, an invalid
+	// argument.
+	ShapeClient
+	shapeCount
+)
+
+// ReplyShape is one row of ReplyShapes: what a failure of that shape proves
+// about each document of the command, and where the rule comes from.
+type ReplyShape struct {
+	// Shape is the row's shape.
+	Shape Shape
+	// Name is the shape's name as shown in reports and spans.
+	Name string
+	// Failed is what the reply proves about a document the failure names:
+	// the document of a write error, or every document of the command for
+	// a whole-command failure.
+	Failed Proof
+	// Others is what it proves about the documents of the same command
+	// that have no failure of their own (unordered writes, and the
+	// documents before the first write error of an ordered write). For
+	// whole-command shapes it equals Failed.
+	Others Proof
+	// Source names the specification, server code or driver behaviour the
+	// row follows.
+	Source string
+}
+
+// ReplyShapes is the table of what each failure shape proves, indexed by
+// Shape. It is data: tests and documentation read it, and Failure.Proof
+// looks the proof up in it. Documents after the first write error of an
+// ordered write are NotApplied (the server stops there: CRUD spec, "ordered"
+// option; mongod write_ops_exec.cpp).
+var ReplyShapes = [shapeCount]ReplyShape{
+	ShapeWriteError: {ShapeWriteError, "write_error", NotApplied, Applied,
+		"server: a write error means the statement was not applied; the others of the batch were (write_ops_exec.cpp performInserts; CRUD spec, BulkWriteException)"},
+	ShapeWriteConcernError: {ShapeWriteConcernError, "write_concern_error", AppliedUnconfirmed, AppliedUnconfirmed,
+		"read-write-concern spec: a writeConcernError is reported after the write was applied on the primary; it may still be rolled back"},
+	ShapeInterrupted: {ShapeInterrupted, "interrupted", MaybeApplied, MaybeApplied,
+		"server: an interruption or stepdown aborts a write command after it committed the start of its batch (write_ops_exec.cpp handleError rethrows Interruption and NotPrimaryError category codes, error_codes.yml)"},
+	ShapeConfiguration: {ShapeConfiguration, "configuration", NotApplied, NotApplied,
+		"server: the command is rejected before it runs (20 IllegalOperation for txnNumber on a standalone; Azure Cosmos DB code 2 and Amazon DocumentDB 301 'retryable writes are not supported')"},
+	ShapeAuthorization: {ShapeAuthorization, "authorization", NotApplied, NotApplied,
+		"server: authorization is checked before the command runs (13 Unauthorized, 18 AuthenticationFailed, Atlas 8000)"},
+	ShapeCommandRejected: {ShapeCommandRejected, "command_rejected", NotApplied, NotApplied,
+		"server: outside the Interruption, NotPrimaryError and ShutdownError categories a write command fails as a whole only before it runs; per-statement failures are write errors (write_ops_exec.cpp)"},
+	ShapeNoWritesPerformed: {ShapeNoWritesPerformed, "no_writes_performed", NotApplied, NotApplied,
+		"retryable-writes spec: the label NoWritesPerformed says the server wrote nothing (SERVER-66479)"},
+	ShapeNetworkInFlight: {ShapeNetworkInFlight, "network_in_flight", MaybeApplied, MaybeApplied,
+		"retryable-writes spec: a network error after the command was written may follow a successful write (driver label NetworkError)"},
+	ShapeTimeoutInFlight: {ShapeTimeoutInFlight, "timeout_in_flight", MaybeApplied, MaybeApplied,
+		"CSOT spec: a timeout while waiting for the reply closes the connection; the server may have applied the write"},
+	ShapeCheckout: {ShapeCheckout, "checkout", NotSent, NotSent,
+		"CMAP spec: PoolClearedError and WaitQueueTimeoutError are raised before a connection is handed out (driver: RetryablePoolError, topology.WaitQueueTimeoutError, handshake ConnectionError)"},
+	ShapeServerSelection: {ShapeServerSelection, "server_selection", NotSent, NotSent,
+		"server-selection spec: no server was selected, so nothing was sent"},
+	ShapeTimeoutBeforeSend: {ShapeTimeoutBeforeSend, "timeout_before_send", NotSent, NotSent,
+		"CSOT spec: the driver refuses to send when the deadline leaves no time (driver.ErrDeadlineWouldBeExceeded)"},
+	ShapeContextBeforeSend: {ShapeContextBeforeSend, "context_before_send", NotSent, NotSent,
+		"driver: a context cancelled before the command is written fails selection or checkout; nothing is sent"},
+	ShapeUnacknowledged: {ShapeUnacknowledged, "unacknowledged", MaybeApplied, MaybeApplied,
+		"write-concern spec: with w: 0 the server sends no reply about the write"},
+	ShapeClient: {ShapeClient, "client", NotSent, NotSent,
+		"driver: marshal, size and argument errors are raised before the command is built"},
+}
+
+// String returns the shape's name (ReplyShapes[s].Name).
+func (s Shape) String() string {
+	if s < shapeCount {
+		return ReplyShapes[s].Name
+	}
+	return "shape(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Proof returns what f proves about the document it names (or, for a
+// whole-command failure, about every document of the command), from
+// ReplyShapes.
+func (f *Failure) Proof() Proof {
+	if f.Shape < shapeCount {
+		return ReplyShapes[f.Shape].Failed
+	}
+	return MaybeApplied
+}
+
+// InterruptedCodes are the whole-command codes after which part of a write
+// command may have been applied: the server's Interruption category
+// (Interrupted 11601, InterruptedAtShutdown 11600,
+// InterruptedDueToReplStateChange 11602, ExceededTimeLimit 262,
+// MaxTimeMSExpired 50, ClientDisconnect 279, LockTimeout 24), NotPrimaryError
+// category (PrimarySteppedDown 189, NotWritablePrimary 10107,
+// NotPrimaryNoSecondaryOk 13435, NotPrimaryOrSecondary 13436,
+// LegacyNotPrimary 10058) and ShutdownError category (ShutdownInProgress
+// 91). Source: mongodb/mongo src/mongo/base/error_codes.yml.
+var InterruptedCodes = []int32{24, 50, 91, 189, 262, 279, 10058, 10107, 11600, 11601, 11602, 13435, 13436}
+
+// AuthorizationCodes are the whole-command codes of a missing privilege or
+// a failed authentication: UserNotFound 11, Unauthorized 13,
+// AuthenticationFailed 18, and Atlas's proxy error 8000 (AtlasError).
+var AuthorizationCodes = []int32{11, 13, 18, 8000}
+
+func inCodes(list []int32, code int32) bool {
+	for _, c := range list {
+		if c == code {
+			return true
+		}
+	}
+	return false
+}

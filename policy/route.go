@@ -1,0 +1,290 @@
+package policy
+
+import "strconv"
+
+// Kind is the kind of a write model, as routing needs it.
+type Kind uint8
+
+const (
+	// KindInsert is an inserted document (InsertOne, InsertMany, an
+	// InsertOneModel). writeguard gives it its _id before the first
+	// attempt, so re-sending it can never store it twice.
+	KindInsert Kind = iota
+	// KindUpdate is an UpdateOneModel or UpdateManyModel.
+	KindUpdate
+	// KindReplace is a ReplaceOneModel.
+	KindReplace
+	// KindDelete is a DeleteOneModel or DeleteManyModel.
+	KindDelete
+)
+
+// Action is what the write loop does with one document after an attempt.
+type Action uint8
+
+const (
+	// Settle ends the document with Decision.Disposition.
+	Settle Action = iota
+	// Retry sends the document again after the backoff, if the attempt
+	// limit, the elapsed-time limit, the retry budget and the context allow
+	// (otherwise GiveUp decides).
+	Retry
+	// ReadBack reads the stored document with the document's _id and
+	// decides with AfterReadBack.
+	ReadBack
+	// DeadLetter hands the document to the dead-letter sink.
+	DeadLetter
+	// HandleConflict hands the document to the conflict handler.
+	HandleConflict
+)
+
+// String returns the action's name: settle, retry, read_back, dead_letter
+// or handle_conflict.
+func (a Action) String() string {
+	switch a {
+	case Settle:
+		return "settle"
+	case Retry:
+		return "retry"
+	case ReadBack:
+		return "read_back"
+	case DeadLetter:
+		return "dead_letter"
+	case HandleConflict:
+		return "handle_conflict"
+	}
+	return "action(" + strconv.Itoa(int(a)) + ")"
+}
+
+// Facts are what Route needs to know about one document after one attempt.
+type Facts struct {
+	// Class is the class of the document's failure.
+	Class Class
+	// WholeCommand is true when the failure belongs to the whole command
+	// (Failure.Index == WholeCommand): it is never a verdict on the
+	// document.
+	WholeCommand bool
+	// Proof is what this attempt's reply proved about the document.
+	Proof Proof
+	// Kind is the kind of write model.
+	Kind Kind
+	// Upsert is true for an update or replace with upsert: true.
+	Upsert bool
+	// Idempotent is true when the caller marked non-insert models safe to
+	// re-send after an ambiguous failure (writeguard.WithIdempotent).
+	Idempotent bool
+	// EverMaybe is true when this or an earlier attempt of the call may
+	// have applied the document (Proof MaybeApplied or AppliedUnconfirmed).
+	EverMaybe bool
+	// Unconfirmed is true when this or an earlier attempt applied the
+	// document with a write concern error.
+	Unconfirmed bool
+	// UpsertRuns is how many times an upsert was run again after a
+	// duplicate key; MaxUpsertRuns bounds it.
+	UpsertRuns, MaxUpsertRuns int
+}
+
+// resendable reports whether the document may be sent again after an
+// attempt that may have applied it: inserts always (their _id makes them
+// idempotent), other models only when marked idempotent.
+func (f Facts) resendable() bool { return f.Kind == KindInsert || f.Idempotent }
+
+// Decision is the outcome of Route, GiveUp or AfterReadBack for one
+// document.
+type Decision struct {
+	// Action is what to do.
+	Action Action
+	// Disposition is the terminal disposition when Action is Settle.
+	Disposition Disposition
+	// Rule names the rule that decided, for tests, logs and spans.
+	Rule string
+}
+
+func settle(d Disposition, rule string) Decision {
+	return Decision{Action: Settle, Disposition: d, Rule: rule}
+}
+
+// Route decides what happens to one document after a failed attempt. It is
+// a pure function of its facts; the rules, in order:
+//
+//  1. A write concern error (AppliedUnconfirmed): re-sent when its class is
+//     retryable and the model may be re-sent (a retry may find it rolled
+//     back); otherwise written_unconfirmed.
+//  2. A whole-command failure is never a verdict on the documents: an
+//     Invalid or Conflict class on a whole-command shape is treated as
+//     Unknown (never dead-lettered, never handed to a conflict handler).
+//  3. Transient and Throttled: retried, unless the document may have been
+//     applied and may not be re-sent (a non-idempotent update after a lost
+//     reply): unknown.
+//  4. Invalid (a per-document verdict): dead-lettered.
+//  5. Conflict: an insert that may have been applied by an earlier attempt
+//     is read back first (its own write, or someone else's); an upsert is
+//     run again up to MaxUpsertRuns times (the server's own upsert retry
+//     is narrow: SERVER-14322); anything else goes to the conflict handler.
+//  6. Unknown and Configuration, never retried: not_attempted when nothing
+//     was sent, unknown when it may have been applied, failed otherwise.
+func Route(f Facts) Decision {
+	if f.Proof == AppliedUnconfirmed {
+		if f.Class.Retryable() && f.resendable() {
+			return Decision{Action: Retry, Rule: "unconfirmed_retry"}
+		}
+		return settle(WrittenUnconfirmed, "write_concern_error")
+	}
+	class := f.Class
+	if f.WholeCommand && (class == Invalid || class == Conflict) {
+		class = Unknown
+	}
+	maybe := f.EverMaybe || f.Proof == MaybeApplied
+	switch class {
+	case Transient, Throttled:
+		if maybe && !f.resendable() {
+			return settle(OutcomeUnknown, "maybe_applied_not_resendable")
+		}
+		return Decision{Action: Retry, Rule: "retryable"}
+	case Invalid:
+		return Decision{Action: DeadLetter, Rule: "invalid"}
+	case Conflict:
+		switch {
+		case f.Kind == KindInsert && maybe:
+			return Decision{Action: ReadBack, Rule: "own_write_check"}
+		case f.Upsert && f.UpsertRuns < f.MaxUpsertRuns:
+			return Decision{Action: Retry, Rule: "upsert_race"}
+		}
+		return Decision{Action: HandleConflict, Rule: "conflict"}
+	}
+	return unretried(f, maybe)
+}
+
+// unretried ends a document whose failure is not retried.
+func unretried(f Facts, maybe bool) Decision {
+	switch {
+	case f.Unconfirmed:
+		return settle(WrittenUnconfirmed, "applied_unconfirmed_earlier")
+	case maybe:
+		return settle(OutcomeUnknown, "maybe_applied")
+	case f.Proof == NotSent:
+		return settle(NotAttempted, "not_sent")
+	}
+	return settle(Failed, "not_retried")
+}
+
+// StopReason says why a document marked for retry is not sent again.
+type StopReason uint8
+
+const (
+	// StopAttempts: the document's attempts reached the limit of its class.
+	StopAttempts StopReason = iota
+	// StopElapsed: the next wait would end past the call's MaxElapsed.
+	StopElapsed
+	// StopBudget: the retry budget refused the retry.
+	StopBudget
+	// StopContext: the context is done, or its deadline is too close for
+	// the wait.
+	StopContext
+	// StopOrdered: an ordered write stopped at an earlier document that
+	// ended unhandled.
+	StopOrdered
+	// StopConfiguration: a configuration failure ended the call.
+	StopConfiguration
+)
+
+// GiveUpFacts are what GiveUp needs to know about a document that will not
+// be sent again.
+type GiveUpFacts struct {
+	// Reason is why it is not sent again.
+	Reason StopReason
+	// Kind is the kind of write model.
+	Kind Kind
+	// Sent is true when at least one attempt of the call sent the document
+	// to the server.
+	Sent bool
+	// EverMaybe and Unconfirmed are as in Facts.
+	EverMaybe, Unconfirmed bool
+	// CanRead is true when a read-back is still possible (the context is
+	// not done).
+	CanRead bool
+}
+
+// GiveUp decides the terminal disposition of a document that was to be
+// retried (or was still pending) when its retries stopped:
+//
+//   - never sent: not_attempted, whatever stopped it;
+//   - applied with a write concern error earlier: written_unconfirmed;
+//   - an insert that may have been applied: read back when the context
+//     allows (then AfterReadBack), unknown otherwise;
+//   - another model that may have been applied: unknown;
+//   - an ordered write's tail that the server never executed, or a call
+//     ended by a configuration failure: not_attempted;
+//   - sent and proved not applied: exhausted.
+func GiveUp(f GiveUpFacts) Decision {
+	switch {
+	case !f.Sent:
+		return settle(NotAttempted, "never_sent")
+	case f.Unconfirmed:
+		return settle(WrittenUnconfirmed, "applied_unconfirmed_earlier")
+	case f.EverMaybe && f.Kind == KindInsert && f.CanRead:
+		return Decision{Action: ReadBack, Rule: "maybe_applied_read_back"}
+	case f.EverMaybe:
+		return settle(OutcomeUnknown, "maybe_applied")
+	case f.Reason == StopOrdered || f.Reason == StopConfiguration:
+		return settle(NotAttempted, "not_executed")
+	}
+	return settle(Exhausted, "retries_spent")
+}
+
+// AfterReadBack decides what a read-back of an insert's _id proved. found
+// says whether a document with that _id is stored, same whether it equals
+// the document sent (SameDocument), unconfirmed whether a write concern
+// error came with an earlier attempt. fallback is the disposition when
+// nothing is found and the call stops retrying ("" while it still
+// retries):
+//
+//   - found and same: the call's own earlier write: already_written, or
+//     written_unconfirmed when a write concern error came with it (a
+//     read-back proves presence, not durability);
+//   - found and different: someone else's document holds the _id: the
+//     conflict handler decides;
+//   - not found after a duplicate key (fallback ""): the key that
+//     collided is not this document's _id in the store, so the duplicate
+//     is genuine: the conflict handler decides;
+//   - not found when stopping: fallback (the Outcome keeps MaybeWritten:
+//     a write still in flight on the server may yet land).
+func AfterReadBack(found, same, unconfirmed bool, fallback Disposition) Decision {
+	switch {
+	case found && same && unconfirmed:
+		return settle(WrittenUnconfirmed, "own_write_unconfirmed")
+	case found && same:
+		return settle(AlreadyWritten, "own_write")
+	case found:
+		return Decision{Action: HandleConflict, Rule: "foreign_document"}
+	case fallback != "":
+		return settle(fallback, "not_found_stopping")
+	}
+	return Decision{Action: HandleConflict, Rule: "not_found_genuine_duplicate"}
+}
+
+// AttemptLimit returns how many attempts a document whose last failure is
+// f (of class c) may have in total. A throttled failure that the driver
+// retries itself inside each attempt (a whole-command error labelled
+// SystemOverloadedError and RetryableError: client-backpressure spec) gets
+// throttledAttempts, so that the server does not see the driver's retries
+// multiplied by writeguard's; every other failure gets b.MaxAttempts,
+// except a throttled failure the driver never retries (a per-document
+// 16500 from Azure Cosmos DB, a 462 without labels), which is bounded only
+// by the call's MaxElapsed and the retry budget.
+func AttemptLimit(c Class, f *Failure, b Backoff, throttledAttempts int) int {
+	if c != Throttled {
+		return b.MaxAttempts
+	}
+	if f != nil && f.DriverRetries() || b.MaxAttempts <= 1 {
+		return min(throttledAttempts, b.MaxAttempts)
+	}
+	return int(^uint(0) >> 1)
+}
+
+// DriverRetries reports whether the Go driver retries this failure itself
+// inside an attempt: a whole-command error labelled SystemOverloadedError
+// and RetryableError (client-backpressure spec). Per-document write errors
+// are never retried by the driver.
+func (f *Failure) DriverRetries() bool {
+	return f.Shape != ShapeWriteError && f.HasLabel(LabelSystemOverloaded) && f.HasLabel(LabelRetryable)
+}
