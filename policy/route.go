@@ -114,14 +114,18 @@ func settle(d Disposition, rule string) Decision {
 //     Unknown (never dead-lettered, never handed to a conflict handler).
 //  3. Transient and Throttled: retried, unless the document may have been
 //     applied and may not be re-sent (a non-idempotent update after a lost
-//     reply): unknown.
+//     reply): then as rule 6.
 //  4. Invalid (a per-document verdict): dead-lettered.
 //  5. Conflict: an insert that may have been applied by an earlier attempt
 //     is read back first (its own write, or someone else's); an upsert is
 //     run again up to MaxUpsertRuns times (the server's own upsert retry
-//     is narrow: SERVER-14322); anything else goes to the conflict handler.
-//  6. Unknown and Configuration, never retried: not_attempted when nothing
-//     was sent, unknown when it may have been applied, failed otherwise.
+//     is narrow: SERVER-14322) unless an earlier attempt may have applied
+//     it and it may not be re-sent (then as rule 6); anything else goes to
+//     the conflict handler.
+//  6. Unknown and Configuration, never retried: written_unconfirmed when an
+//     attempt applied it with a write concern error, unknown when one may
+//     have applied it, not_attempted when nothing was sent, failed
+//     otherwise.
 func Route(f Facts) Decision {
 	if f.Proof == AppliedUnconfirmed {
 		if f.Class.Retryable() && f.resendable() {
@@ -137,7 +141,7 @@ func Route(f Facts) Decision {
 	switch class {
 	case Transient, Throttled:
 		if maybe && !f.resendable() {
-			return settle(OutcomeUnknown, "maybe_applied_not_resendable")
+			return unretried(f, true)
 		}
 		return Decision{Action: Retry, Rule: "retryable"}
 	case Invalid:
@@ -146,8 +150,10 @@ func Route(f Facts) Decision {
 		switch {
 		case f.Kind == KindInsert && maybe:
 			return Decision{Action: ReadBack, Rule: "own_write_check"}
-		case f.Upsert && f.UpsertRuns < f.MaxUpsertRuns:
+		case f.Upsert && f.UpsertRuns < f.MaxUpsertRuns && (!maybe || f.resendable()):
 			return Decision{Action: Retry, Rule: "upsert_race"}
+		case maybe && !f.resendable():
+			return unretried(f, true) // an earlier attempt may have applied it
 		}
 		return Decision{Action: HandleConflict, Rule: "conflict"}
 	}
