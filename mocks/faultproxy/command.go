@@ -128,6 +128,59 @@ func (c *Command) WithStatements(stmts []bson.Raw) *Command {
 	return &out
 }
 
+// firstStatements returns a copy of c holding only its first k statements
+// (all of them when k is larger), in the form the client used: the document
+// sequence keeps being a sequence, an array in the body stays an array.
+// Every other field (ordered, lsid, txnNumber, ...) is unchanged.
+func (c *Command) firstStatements(k int) *Command {
+	field := statementField(c.Name)
+	out := *c
+	if field == "" {
+		return &out
+	}
+	for i, s := range c.Sequences {
+		if s.Identifier != field {
+			continue
+		}
+		if k > len(s.Documents) {
+			k = len(s.Documents)
+		}
+		out.Sequences = append([]DocumentSequence(nil), c.Sequences...)
+		out.Sequences[i] = DocumentSequence{Identifier: field, Documents: s.Documents[:k]}
+		return &out
+	}
+	out.Body = bodyWithArrayPrefix(c.Body, field, k)
+	return &out
+}
+
+// bodyWithArrayPrefix returns body with its array field cut to its first k
+// elements.
+func bodyWithArrayPrefix(body bson.Raw, field string, k int) bson.Raw {
+	elems, err := bsoncore.Document(body).Elements()
+	if err != nil {
+		return body
+	}
+	idx, dst := bsoncore.AppendDocumentStart(nil)
+	for _, e := range elems {
+		arr, ok := e.Value().ArrayOK()
+		if e.Key() != field || !ok {
+			dst = append(dst, e...)
+			continue
+		}
+		vals, err := arr.Values()
+		if err != nil {
+			dst = append(dst, e...)
+			continue
+		}
+		if k < len(vals) {
+			vals = vals[:k]
+		}
+		dst = bsoncore.AppendArrayElement(dst, field, bsoncore.BuildArray(nil, vals...))
+	}
+	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
+	return bson.Raw(dst)
+}
+
 // bodyWithout returns body without the named top-level field.
 func bodyWithout(body bson.Raw, field string) bson.Raw {
 	elems, err := bsoncore.Document(body).Elements()

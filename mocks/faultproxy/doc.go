@@ -44,7 +44,10 @@
 // writeConcernError is added), CloseBeforeForward and CloseAfterForward
 // (network errors with the write not applied or applied), Delay,
 // RejectDocuments (per-document write errors, e.g. 112 WriteConflict or
-// Cosmos DB's 16500), Custom (any handler), and RandomSchedule (a seeded,
+// Cosmos DB's 16500), ApplyThenError and ApplyThenClose (partial
+// application: the first k statements are applied, then the client gets an
+// ok: 0 error such as 11602 InterruptedDueToReplStateChange, or a dropped
+// connection), Custom (any handler), and RandomSchedule (a seeded,
 // replayable choice among faults for chaos tests).
 //
 // A Validator emulates a collection's $jsonSchema validator for inserts:

@@ -11,6 +11,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/wiremessage"
+
+	"github.com/writeguard/writeguard/jsonschema"
 )
 
 // DefaultMaxWireVersion is the maxWireVersion the null backend reports
@@ -457,7 +459,23 @@ func (s *session) handleMsg(m *message) error {
 		s.p.counters.fault(fault.kind, 1)
 	}
 
+	validator := script.validator(cmd.Namespace)
+	if cmd.Name != "insert" {
+		validator = nil
+	}
+
 	switch {
+	case fired && (fault.kind == FaultApplyThenError || fault.kind == FaultApplyThenClose):
+		if err := s.applyFirst(cmd, fault.k, validator); err != nil {
+			return err
+		}
+		if fault.kind == FaultApplyThenClose {
+			return errCloseClient
+		}
+		if noReply {
+			return nil
+		}
+		return s.sendBody(m.requestID, errorReplyDoc(fault.cmdErr))
 	case fired && fault.kind == FaultErrorReply:
 		if noReply {
 			return nil
@@ -479,10 +497,6 @@ func (s *session) handleMsg(m *message) error {
 	var docFault *Fault
 	if fired && fault.kind == FaultDocument {
 		docFault = &fault
-	}
-	validator := script.validator(cmd.Namespace)
-	if cmd.Name != "insert" {
-		validator = nil
 	}
 	perDoc := len(stmts) > 0 && (validator != nil || docFault != nil)
 	modify := perDoc || (fired && fault.kind == FaultWriteConcernError)
@@ -526,6 +540,32 @@ func (s *session) handleMsg(m *message) error {
 		}
 	}
 	return s.writeClient(encodeReplyMsg(body, m.requestID))
+}
+
+// applyFirst forwards the first k statements of cmd (the whole command
+// when it has no statements and k > 0) and discards the reply: the
+// execution half of ApplyThenError and ApplyThenClose. An emulated
+// validator still checks the forwarded statements.
+func (s *session) applyFirst(cmd *Command, k int, v *jsonschema.Validator) error {
+	if !hasStatements(cmd.Name) {
+		if k == 0 {
+			return nil
+		}
+		_, err := s.forward(cmd)
+		return err
+	}
+	sub := cmd.firstStatements(k)
+	stmts := sub.Statements()
+	if len(stmts) == 0 {
+		return nil
+	}
+	var err error
+	if v != nil {
+		_, err = s.execStatements(sub, stmts, v, nil)
+	} else {
+		_, err = s.forward(sub)
+	}
+	return err
 }
 
 // postForward applies the part of a fault that acts after the command was

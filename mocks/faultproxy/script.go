@@ -41,6 +41,12 @@ const (
 	FaultDocument FaultKind = "document"
 	// FaultCustom: a Custom handler ran.
 	FaultCustom FaultKind = "custom"
+	// FaultApplyThenError: the first k statements were forwarded (and
+	// applied) and the client got an error reply instead of the server's.
+	FaultApplyThenError FaultKind = "apply_then_error"
+	// FaultApplyThenClose: the first k statements were forwarded (and
+	// applied) and the client connection was closed without a reply.
+	FaultApplyThenClose FaultKind = "apply_then_close"
 )
 
 // CommandError is the error reply of an ErrorReply fault, the shape of the
@@ -154,8 +160,8 @@ type Rate struct {
 
 // Fault is what happens to a command a Rule selects. Build one with
 // ErrorReply, WriteConcernErrorReply, CloseBeforeForward,
-// CloseAfterForward, Delay, RejectDocuments, Custom or RandomSchedule; the
-// zero Fault is invalid.
+// CloseAfterForward, Delay, RejectDocuments, ApplyThenError,
+// ApplyThenClose, Custom or RandomSchedule; the zero Fault is invalid.
 type Fault struct {
 	kind    FaultKind
 	cmdErr  CommandError
@@ -167,6 +173,7 @@ type Fault struct {
 	seed    int64
 	rates   []Rate
 	random  bool
+	k       int // statements applied by ApplyThenError / ApplyThenClose
 }
 
 // ErrorReply answers the command with e as an error reply without
@@ -201,6 +208,33 @@ func Delay(d time.Duration) Fault { return Fault{kind: FaultDelay, delay: d} }
 func RejectDocuments(match DocMatcher, we WriteError) Fault {
 	return Fault{kind: FaultDocument, match: match, we: we}
 }
+
+// ApplyThenError forwards a rewritten command holding only the first k
+// statements of the client's insert (documents), update (update
+// statements) or delete (delete statements), with the same ordered flag
+// and in the same form (document sequence or array in the body), waits
+// for the server's reply, discards it, and answers the client with e as an
+// ok: 0 error reply. It is what the server does when a batch is
+// interrupted after committing its start: 11600 InterruptedAtShutdown,
+// 11601 Interrupted, 11602 InterruptedDueToReplStateChange, 50
+// MaxTimeMSExpired (server error_codes.yml, categories Interruption and
+// ShutdownError). The first k statements are applied, the rest are not,
+// and the reply says nothing about either. k larger than the batch
+// applies the whole batch; k = 0 applies nothing. A command without
+// statements (findAndModify, bulkWrite, ...) is forwarded whole when
+// k > 0. An emulated validator of the namespace still checks the k
+// statements. k must not be negative and e.Code must not be 0.
+func ApplyThenError(k int, e CommandError) Fault {
+	return Fault{kind: FaultApplyThenError, k: k, cmdErr: e}
+}
+
+// ApplyThenClose forwards the first k statements of the command as
+// ApplyThenError does, waits for the server's reply, and closes the client
+// connection without replying: the first k statements are applied, the
+// rest are not, and the driver sees a network error. k larger than the
+// batch applies all of it (then it is CloseAfterForward); k must not be
+// negative.
+func ApplyThenClose(k int) Fault { return Fault{kind: FaultApplyThenClose, k: k} }
 
 // Custom runs h for the command instead of the normal forwarding: the
 // escape hatch for faults the other constructors do not cover.
@@ -267,6 +301,17 @@ func (f Fault) validate() error {
 	case FaultCustom:
 		if f.handler == nil {
 			return errors.New("Custom: nil Handler")
+		}
+	case FaultApplyThenError:
+		if f.k < 0 {
+			return fmt.Errorf("ApplyThenError: k = %d must not be negative", f.k)
+		}
+		if f.cmdErr.Code == 0 {
+			return errors.New("ApplyThenError: code must not be 0")
+		}
+	case FaultApplyThenClose:
+		if f.k < 0 {
+			return fmt.Errorf("ApplyThenClose: k = %d must not be negative", f.k)
 		}
 	}
 	return nil
