@@ -32,7 +32,7 @@ type item struct {
 	fail       *policy.Failure
 	class      policy.Class
 	attempts   int  // attempts that sent it to the server
-	tries      int  // attempts it was part of, sent or not
+	tries      int  // attempts counted against its limit (not an ordered write's unexecuted tail, not a checkout failure)
 	maybe      bool // an attempt may have applied it (lost reply, interruption, write concern error)
 	unconf     bool // an attempt applied it with a write concern error
 	upsertRuns int

@@ -14,6 +14,7 @@ type verdict struct {
 	fail  *policy.Failure // nil: acknowledged
 	proof policy.Proof
 	sent  bool // the server received it (false: never left the client, or an ordered write's tail)
+	tail  bool // after the first write error of an ordered write: not executed
 }
 
 // verdicts reads, for every document of batch, which failure of fails is
@@ -57,7 +58,7 @@ func (c *call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 		case perDoc[i] != nil:
 			out[i] = verdict{fail: perDoc[i], proof: policy.NotApplied, sent: true}
 		case i > stop:
-			out[i] = verdict{proof: policy.NotApplied} // never executed: still pending
+			out[i] = verdict{proof: policy.NotApplied, tail: true} // never executed: still pending
 		case wce != nil:
 			out[i] = verdict{fail: wce, proof: policy.AppliedUnconfirmed, sent: true}
 		default:
@@ -75,6 +76,9 @@ func (c *call) route(ctx context.Context, batch []*item, fails []policy.Failure)
 		it := batch[i]
 		if !v.sent {
 			it.attempts-- // it did not reach the server this time
+		}
+		if v.tail || !policy.Charged(v.fail) {
+			it.tries-- // not a try: see policy.Charged
 		}
 		switch {
 		case v.fail == nil && v.proof == policy.Applied:
@@ -143,6 +147,7 @@ func (c *call) scheduleRetry(ctx context.Context) time.Duration {
 	g := c.g
 	var retry, spent []*item
 	var serverDelay time.Duration
+	charged := false
 	for _, it := range c.items {
 		if it.disp != "" || !it.retry {
 			continue
@@ -153,6 +158,7 @@ func (c *call) scheduleRetry(ctx context.Context) time.Duration {
 		}
 		retry = append(retry, it)
 		serverDelay = max(serverDelay, it.fail.RetryAfter)
+		charged = charged || policy.Charged(it.fail)
 	}
 	c.giveUp(ctx, spent, policy.StopAttempts)
 	c.stopOrdered(ctx)
@@ -166,7 +172,7 @@ func (c *call) scheduleRetry(ctx context.Context) time.Duration {
 		c.stopRetries(ctx, retry, policy.StopElapsed)
 		return 0
 	}
-	if !g.cfg.budget.Allow() {
+	if charged && !g.cfg.budget.Allow() {
 		g.hooks.BudgetExhausted(ctx, &hooks.BudgetExhausted{Op: c.op, Documents: len(retry), Code: cause.fail.Code})
 		g.logBudget(ctx, c.op.Name, len(retry))
 		c.stopRetries(ctx, retry, policy.StopBudget)

@@ -243,9 +243,19 @@ func TestC43PoolClearedIsTransient(t *testing.T) {
 	if len(fake.Docs()) != 6 {
 		t.Errorf("%d stored, want 6", len(fake.Docs()))
 	}
-	t.Run("budget spent: never sent is not_attempted", func(t *testing.T) {
+	// A checkout failure is not a try (it never reached the server): it
+	// does not spend the document's attempts, so MaxAttempts 1 still
+	// retries it; the call's time limit ends it.
+	t.Run("attempts are not spent", func(t *testing.T) {
+		fake := mocks.NewFake("db.c43a").Script(mocks.PoolCleared(), mocks.PoolCleared())
+		fx := newFixture(t, fake, writeguard.WithBackoff(policy.Backoff{MaxAttempts: 1, Jitter: func() float64 { return 0.5 }}))
+		if _, err := fx.g.InsertMany(ctx, sixDocs("a")); err != nil || len(fake.Docs()) != 6 {
+			t.Fatalf("err = %v, %d stored; want success", err, len(fake.Docs()))
+		}
+	})
+	t.Run("time spent: never sent is not_attempted", func(t *testing.T) {
 		fake := mocks.NewFake("db.c43b").Script(mocks.PoolCleared())
-		fx := newFixture(t, fake, writeguard.WithBackoff(policy.Backoff{MaxAttempts: 1}))
+		fx := newFixture(t, fake, writeguard.WithBackoff(policy.Backoff{MaxElapsed: time.Nanosecond, Jitter: func() float64 { return 0.5 }}))
 		_, err := fx.g.InsertMany(ctx, sixDocs("q"))
 		var r *writeguard.Report
 		if !errors.As(err, &r) || r.Count(writeguard.NotAttempted) != 6 {
@@ -397,7 +407,7 @@ func TestReportErrorType(t *testing.T) {
 		t.Fatalf("ErrorType() of %v, want 8000", err)
 	}
 	fake = mocks.NewFake("db.et2").Script(mocks.PoolCleared())
-	fx = newFixture(t, fake, writeguard.WithBackoff(policy.Backoff{MaxAttempts: 1}))
+	fx = newFixture(t, fake, writeguard.WithBackoff(policy.Backoff{MaxElapsed: time.Nanosecond, Jitter: func() float64 { return 0.5 }}))
 	_, err = fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}})
 	if !errors.As(err, &r) || r.ErrorType() != "checkout" {
 		t.Fatalf("ErrorType() of %v = %q, want checkout", err, r.ErrorType())
