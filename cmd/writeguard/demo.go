@@ -54,6 +54,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Batch, "batch", demo.DefaultBatch, "documents per InsertMany (unordered)")
 	fs.IntVar(&cfg.Workers, "workers", demo.DefaultWorkers, "concurrent InsertMany calls")
 	fs.IntVar(&cfg.Limit, "limit", 0, "load only the first `N` rows (0: all 42,481)")
+	fs.IntVar(&cfg.MaxAttempts, "max-attempts", demo.DefaultMaxAttempts, "writeguard's attempts per document, the first included (1: no retries, so injected faults stay unresolved and the check fails)")
 	fs.StringVar(&cfg.Database, "db", demo.DefaultDatabase, "`database` of the target (orders) and dead-letter (dead_letters) collections")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of the tables")
 	fs.StringVar(&trace, "trace", "", "write the OpenTelemetry spans of every guarded call to `FILE` (JSON, one span per object)")

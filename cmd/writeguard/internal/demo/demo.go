@@ -38,6 +38,8 @@ const (
 	DefaultBatch      = 500
 	DefaultWorkers    = 3
 	DefaultSeed       = 1
+	// DefaultMaxAttempts is the demo's attempt limit per document.
+	DefaultMaxAttempts = 6
 )
 
 // Config is what "writeguard demo" was asked to do.
@@ -62,6 +64,11 @@ type Config struct {
 	Progress io.Writer
 	// Hooks are added to the guarded collection (e.g. otelhook).
 	Hooks []hooks.Hooks
+	// MaxAttempts bounds writeguard's attempts per document
+	// (DefaultMaxAttempts when 0). 1 turns writeguard's retries off: the
+	// injected transient faults are then left unresolved, and the check
+	// fails.
+	MaxAttempts int
 }
 
 func (c *Config) defaults() {
@@ -79,6 +86,9 @@ func (c *Config) defaults() {
 	}
 	if c.DLQ == "" {
 		c.DLQ = DefaultDLQ
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 }
 
@@ -188,6 +198,7 @@ type rowOutcome struct {
 	batch    int
 	keywords []string
 	kwPaths  []string
+	maybe    bool // writeguard's MaybeWritten
 }
 
 // Run runs the demo. It returns an error for an operational failure (the
@@ -269,7 +280,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		writeguard.WithConflictHandler(writeguard.ConflictSkip()),
 		// A bulk load is not latency-bound: allow a batch two minutes of
 		// retrying (the default 30 s can run out on a loaded machine).
-		writeguard.WithBackoff(policy.Backoff{Base: 20 * time.Millisecond, Cap: time.Second, MaxAttempts: 6, MaxElapsed: 2 * time.Minute}),
+		writeguard.WithBackoff(policy.Backoff{Base: 20 * time.Millisecond, Cap: time.Second, MaxAttempts: cfg.MaxAttempts, MaxElapsed: 2 * time.Minute}),
 		writeguard.WithHooks(h),
 	}
 	for _, x := range cfg.Hooks {
@@ -459,6 +470,7 @@ func writeAll(ctx context.Context, orders *writeguard.Guarded, rows []Row, out [
 						r.disp = o.Disposition
 						r.attempts = o.Attempts
 						r.batch = s.lo
+						r.maybe = o.MaybeWritten
 						if o.Failure != nil {
 							r.code = o.Failure.Code
 						}
@@ -712,9 +724,33 @@ func account(ctx context.Context, db *mongo.Database, cfg Config, rows []Row, ou
 	if res.Duplicates != 0 {
 		res.Problems = append(res.Problems, fmt.Sprintf("%d documents in the target beyond one per row's _id", res.Duplicates))
 	}
+	res.Problems = append(res.Problems, truthProblems(rows, out, inTarget, expected, res)...)
 	sort.Strings(res.Problems)
 	res.OK = len(res.Problems) == 0
 	return nil
+}
+
+// truthProblems checks that the dispositions are true: a row reported not
+// stored whose _id is in the target (and that no other row stored) must be
+// flagged MaybeWritten; and, where the demo injected the faults (all of
+// them transient: stepdowns, lost replies, write conflicts), no row may
+// end failed, exhausted or unknown.
+func truthProblems(rows []Row, out []rowOutcome, inTarget map[string]int, expected map[string]bool, res *Result) []string {
+	var problems, untrue []string
+	for i, o := range out {
+		id := rows[i].ID
+		if !o.disp.Stored() && o.disp != writeguard.ConflictSkipped && !expected[id] && inTarget[id] > 0 && !o.maybe {
+			untrue = append(untrue, fmt.Sprintf("line %d (%s, _id %s)", rows[i].Line, o.disp, id))
+		}
+	}
+	if len(untrue) > 0 {
+		problems = append(problems, fmt.Sprintf("%d rows reported not written are stored, e.g. %v", len(untrue), untrue[:min(5, len(untrue))]))
+	}
+	if n := res.Failed + res.Exhausted + res.Unknown; res.FaultsActive && n > 0 {
+		problems = append(problems, fmt.Sprintf("%d rows ended failed (%d), exhausted (%d) or unknown (%d) although every injected fault is transient",
+			n, res.Failed, res.Exhausted, res.Unknown))
+	}
+	return problems
 }
 
 // SetupSummary is a one-line form of an EnsureCollection report:
