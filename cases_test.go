@@ -1,6 +1,6 @@
 package writeguard_test
 
-// Tests of the reported failures in CASES.md (C01...C29), against the
+// Tests of the reported failures in testdata/CASES.md (C01...C29), against the
 // scripted fake. Their end-to-end versions, with the real driver, the
 // fault proxy and a server, live in cmd/writeguard/e2e.
 

@@ -20,7 +20,8 @@ import (
 
 // Tests of the rule that every disposition is true: each one claims only
 // what the server's replies proved. Each is named after the case it
-// reproduces (a public report reduced to a small input).
+// reproduces (testdata/CASES.md: a public report reduced to a small
+// input).
 
 func sixDocs(prefix string) []any {
 	docs := make([]any, 6)

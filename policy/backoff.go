@@ -140,7 +140,8 @@ func (RealClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 
 // ErrDeadlineTooClose is returned by Wait, at once and without sleeping,
 // when the context's deadline would pass before the delay ends: a retry
-// started after the wait could not finish in time (C21).
+// started after the wait could not finish in time (a retry that the
+// deadline would cut mid-flight leaves its outcome unknown).
 var ErrDeadlineTooClose = errors.New("policy: context deadline is closer than the retry delay")
 
 // Wait sleeps for d on clock. It returns nil after d; ctx's error as soon

@@ -75,7 +75,7 @@ func (s CodeSet) Has(code int32) bool {
 }
 
 // Default code sets. Default() copies them, so changing a Table never
-// changes these. Sources: DESIGN §2, the retryable-writes spec's code list,
+// changes these. Sources: the retryable-writes spec's code list,
 // the client-backpressure spec, mongodb/mongo src/mongo/base/error_codes.yml.
 var (
 	// DefaultTransientCodes: HostUnreachable 6, HostNotFound 7,
