@@ -638,3 +638,49 @@ func TestRealMongoDB(t *testing.T) {
 	// The real validator still rejects them: replay leaves them pending.
 	dlqJSON(t, exitCheck, "replay", "--uri", uri, "--db", db, "--keyword", "pattern")
 }
+
+func TestAgeFlag(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"3d", 72 * time.Hour, true},
+		{"0d", 0, true},
+		{"90m", 90 * time.Minute, true},
+		{"1h30m", 90 * time.Minute, true},
+		{"3days", 0, false},
+		{"d", 0, false},
+		{"-1h", 0, false},
+		{"1.5d", 0, false},
+	} {
+		var d time.Duration
+		err := ageFlag{&d}.Set(c.in)
+		if (err == nil) != c.ok || (c.ok && d != c.want) {
+			t.Errorf("Set(%q) = %v, %v; want %v, ok %v", c.in, d, err, c.want, c.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "days (3d) or a Go duration") {
+			t.Errorf("Set(%q) error %q does not name the format", c.in, err)
+		}
+	}
+}
+
+func TestCheckURI(t *testing.T) {
+	for _, c := range []struct {
+		uri string
+		ok  bool
+	}{
+		{"mongodb://localhost:27017", true},
+		{"mongodb://a:1,b:2/?replicaSet=rs0&retryWrites=false", true},
+		{"mongodb+srv://cluster.example.net", true}, // not resolved here
+		{"localhost:27017", false},
+		{"mongodb://localhost:notaport", false},
+		{"mongodb://localhost/?connectTimeoutMS=x", false},
+		{"mongodb+srv://", false},
+		{"postgres://localhost", false},
+	} {
+		if err := checkURI(c.uri); (err == nil) != c.ok {
+			t.Errorf("checkURI(%q) = %v, want ok %v", c.uri, err, c.ok)
+		}
+	}
+}
