@@ -52,9 +52,11 @@
 // Only a call that failed as a whole — its error is not nil and
 // writeguard.Handled(err) (hooks.Handled) is false — gets status Error, error.type and,
 // when the failure has a code, db.response.status_code (the code as a
-// string, "11000"). error.type is that code, or the failure's class
-// ("transient") when it has no code, or "_OTHER" (hooks.ErrorType).
-// Handled dispositions
+// string, "11000"). error.type is what the call's error reports through
+// an ErrorType() string method (a *writeguard.Report's: its first
+// unhandled input's code, class, or disposition when it has no failure);
+// without one, the failure's code, or its class ("transient") when it has
+// no code, or "_OTHER" (hooks.ErrorType). Handled dispositions
 // (dead_lettered, already_written, conflict_skipped, ...) are not errors.
 // The status description names the unhandled dispositions ("unhandled: 1
 // conflict"), never the error text.

@@ -239,7 +239,7 @@ func TestNoForeignNameCollision(t *testing.T) {
 	if !attrs["writeguard.method"]["insertOne"] || !attrs["writeguard.method"]["insertMany"] {
 		t.Errorf("writeguard.method values %v, want insertOne and insertMany", attrs["writeguard.method"])
 	}
-	classes := regexp.MustCompile(`^([0-9]+|unknown|transient|throttled|invalid|conflict|configuration|_OTHER)$`)
+	classes := regexp.MustCompile(`^([0-9]+|unknown|transient|throttled|invalid|conflict|configuration|_OTHER|not_attempted|unacknowledged|written_unconfirmed)$`)
 	for v := range attrs["error.type"] {
 		if !classes.MatchString(v) {
 			t.Errorf("error.type = %q, want a code, a class or _OTHER", v)

@@ -220,6 +220,20 @@ func errorType(c int32, class policy.Class) attribute.KeyValue {
 	return keyErrorType.String(hooks.ErrorType(c, class))
 }
 
+// callErrorType is the error.type of a call that failed as a whole: what
+// its error's ErrorType method says (a *writeguard.Report's: the code or
+// class of its first unhandled input, or that input's disposition when it
+// has no failure), else the code or class of OperationEnd.
+func callErrorType(ev *hooks.OperationEnd) attribute.KeyValue {
+	var r interface{ ErrorType() string }
+	if errors.As(ev.Err, &r) {
+		if et := r.ErrorType(); et != "" {
+			return keyErrorType.String(et)
+		}
+	}
+	return errorType(ev.Code, ev.Class)
+}
+
 // traceIDs returns the ids of the span in ctx (hooks.Hooks.TraceIDs), so
 // that dead-letter envelopes name the trace of the write.
 func traceIDs(ctx context.Context) (string, string) {
@@ -412,7 +426,7 @@ func (h *handler) operationFinished(ctx context.Context, ev *hooks.OperationEnd)
 	failed := !hooks.Handled(ev.Err)
 	var errAttrs []attribute.KeyValue
 	if failed {
-		errAttrs = append(code(ev.Code), errorType(ev.Code, ev.Class))
+		errAttrs = append(code(ev.Code), callErrorType(ev))
 	}
 
 	h.duration.Record(mctx, ev.Duration.Seconds(), metric.WithAttributes(with(with(base, h.server...), errAttrs...)...))

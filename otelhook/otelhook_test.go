@@ -764,3 +764,32 @@ func TestBulkWrite(t *testing.T) {
 	})
 	childOf(t, hx.one(t, "bulkWrite orders attempt"), op)
 }
+
+// reportLike is an unhandled call error with an ErrorType method, as
+// *writeguard.Report has.
+type reportLike struct{ et string }
+
+func (r reportLike) Error() string     { return "report" }
+func (r reportLike) Handled() bool     { return false }
+func (r reportLike) ErrorType() string { return r.et }
+
+func TestErrorTypeFromTheCallError(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{reportLike{"not_attempted"}, "not_attempted"},
+		{fmt.Errorf("wrapped: %w", reportLike{"11000"}), "11000"},
+		{reportLike{""}, "189"},             // no answer: the event's code
+		{errors.New("driver error"), "189"}, // no method: the event's code
+	} {
+		hx := newHarness(t)
+		op := &hooks.Operation{Name: "insertOne", Collection: "orders", BatchSize: 1}
+		ctx := hx.hooks.OperationStarted(bg, op)
+		hx.hooks.OperationFinished(ctx, &hooks.OperationEnd{Op: op, Attempts: 1, Err: c.err, Code: 189, Class: policy.Transient})
+		checkAttrs(t, "operation span", hx.one(t, "insertOne orders").Attributes(), map[string]string{"error.type": c.want})
+		if n, _ := histogram(t, hx.collect(t), "writeguard.call.duration", map[string]string{"error.type": c.want}); n != 1 {
+			t.Errorf("%v: duration recorded %d times with error.type %q, want 1", c.err, n, c.want)
+		}
+	}
+}
