@@ -92,8 +92,8 @@ func parseSessions(t *testing.T, path string, lines []string) []session {
 
 // runSessionCmd runs one session command line in-process: "writeguard
 // ARGS [# comment]" or "writeguard ARGS; echo $?". It returns stdout as
-// the README shows it (the data directory written as ./wg-data) and the
-// exit status.
+// the README shows it: the data directory written as ./wg-data, paths as
+// given from the repository root, and the exit status after "echo $?".
 func runSessionCmd(t *testing.T, line, dataDir string) string {
 	t.Helper()
 	cmd, _, _ := strings.Cut(line, " #")
@@ -104,12 +104,14 @@ func runSessionCmd(t *testing.T, line, dataDir string) string {
 		t.Fatalf("session command %q: want 'writeguard ARGS'", line)
 	}
 	args := fields[1:]
+	var rooted []string // paths given from the root, as the README writes them
 	for i, a := range args {
 		switch {
 		case a == readmeDataDir:
 			args[i] = dataDir
 		case strings.HasPrefix(a, readmeRootPath):
 			args[i] = strings.TrimPrefix(a, readmeRootPath)
+			rooted = append(rooted, a)
 		}
 	}
 	code, out, errOut := runCmd(t, context.Background(), args...)
@@ -117,6 +119,9 @@ func runSessionCmd(t *testing.T, line, dataDir string) string {
 		t.Fatalf("%s: exit %d (a session shows a failing command only with '; echo $?')\nstderr: %s", line, code, errOut)
 	}
 	out = strings.ReplaceAll(out, dataDir, readmeDataDir)
+	for _, a := range rooted {
+		out = strings.ReplaceAll(out, strings.TrimPrefix(a, readmeRootPath), a)
+	}
 	if echo {
 		out += fmt.Sprintln(code)
 	}
@@ -157,8 +162,8 @@ func TestReadmeSessions(t *testing.T) {
 						t.Errorf("%s: the output of %q drifted (run 'go test ./cmd/writeguard -run TestReadmeSessions -update'):\n--- README\n%s--- now\n%s",
 							path, c.line, c.output, got)
 					}
+					c.output = got // only drifted outputs are rewritten
 				}
-				c.output = got
 			}
 		}
 		if !*update || !drift {
