@@ -12,8 +12,7 @@ import (
 // semantic-conventions meaning. TestNoForeignNameCollision checks that no
 // writeguard name is also a semantic-conventions or otelmongo name.
 //
-// The names before the 0.2.0 release, and what they became, are listed in
-// CHANGELOG.md.
+// CHANGELOG.md maps the names of earlier versions to these.
 
 // Instrument names. Units are in the instruments' unit field, never in
 // their names (OpenTelemetry metric naming guidelines).
