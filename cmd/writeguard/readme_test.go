@@ -133,7 +133,15 @@ func runSessionCmd(t *testing.T, line, dataDir string) string {
 // dlq commands on its data), then checks the root README's demo session
 // against the same output. Timestamps and durations are masked; every
 // other character must match. With -update the blocks are rewritten.
+//
+// Under the race detector FerretDB's SQLite (C translated to Go) runs about
+// ten times slower and this test would take over a minute for a
+// single-worker run with nothing concurrent to check: it runs without
+// -race, which .ci/run does.
 func TestReadmeSessions(t *testing.T) {
+	if raceEnabled {
+		t.Skip("README sessions are checked without -race (.ci/run: go test -run TestReadmeSessions ./cmd/writeguard)")
+	}
 	dataDir := filepath.Join(t.TempDir(), "wg-data")
 	outputs := map[string]string{} // command line (comment stripped) → output
 	check := func(path string) {
