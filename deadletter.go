@@ -7,7 +7,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
@@ -32,9 +31,12 @@ func (c *call) deadLetter(ctx context.Context, its []*item) {
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	envs := make([]envelope.Envelope, len(its))
-	sc := trace.SpanContextFromContext(ctx)
+	var traceID, spanID string
+	if g.hooks.TraceIDs != nil {
+		traceID, spanID = g.hooks.TraceIDs(ctx)
+	}
 	for i, it := range its {
-		envs[i] = c.envelopeFor(it, now, sc)
+		envs[i] = c.envelopeFor(it, now, traceID, spanID)
 		it.keywords = envs[i].FailingKeywords
 	}
 	err := c.put(ctx, g.cfg.sink, envs, false)
@@ -77,7 +79,9 @@ func (c *call) put(ctx context.Context, sink envelope.Sink, envs []envelope.Enve
 	}
 }
 
-func (c *call) envelopeFor(it *item, now time.Time, sc trace.SpanContext) envelope.Envelope {
+// envelopeFor builds the envelope of an Invalid item; traceID and spanID
+// come from the hooks (hooks.Hooks.TraceIDs), empty without them.
+func (c *call) envelopeFor(it *item, now time.Time, traceID, spanID string) envelope.Envelope {
 	f := it.fail
 	original, idAssigned := it.doc, false
 	if it.kind == policy.KindInsert {
@@ -105,9 +109,8 @@ func (c *call) envelopeFor(it *item, now time.Time, sc trace.SpanContext) envelo
 		LastSeen:        now,
 		Attempts:        1,
 		Status:          envelope.StatusPending,
-	}
-	if sc.IsValid() {
-		env.TraceID, env.SpanID = sc.TraceID().String(), sc.SpanID().String()
+		TraceID:         traceID,
+		SpanID:          spanID,
 	}
 	return env
 }

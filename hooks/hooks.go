@@ -17,7 +17,11 @@ package hooks
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/writeguard/writeguard/policy"
 )
@@ -28,6 +32,11 @@ type Operation struct {
 	// Name is the driver method's command-level name: insertOne,
 	// insertMany or bulkWrite.
 	Name string
+	// Command is the server command the driver sends for the call, when
+	// the caller of the hooks knows it (BulkCommand computes it for a
+	// bulkWrite); "" otherwise. Read it through CommandName, which fills
+	// in the commands of insertOne and insertMany.
+	Command string
 	// Database and Collection name the target ("" when unknown, e.g. a
 	// fake target without a database).
 	Database string
@@ -40,6 +49,88 @@ type Operation struct {
 	// InTransaction is true when the call runs inside a transaction:
 	// writeguard then makes one attempt and routes nothing.
 	InTransaction bool
+}
+
+// CommandName returns the name of the server command the call sends, as
+// the MongoDB wire protocol and the database semantic conventions
+// (db.operation.name) name it: "insert" for insertOne and insertMany;
+// Command when set (for a bulkWrite whose models are all of one kind:
+// "insert", "update" or "delete"); else the method name ("bulkWrite": a
+// bulk write that mixes kinds sends one command per run of one kind, and
+// the semantic conventions let a batch of different operations use a
+// system-specific term).
+func (op *Operation) CommandName() string {
+	switch {
+	case op == nil:
+		return ""
+	case op.Command != "":
+		return op.Command
+	case op.Name == "insertOne", op.Name == "insertMany":
+		return "insert"
+	}
+	return op.Name
+}
+
+// BulkCommand returns the server command a Collection.BulkWrite of models
+// sends when they are all of one kind: "insert" (InsertOneModel),
+// "update" (UpdateOneModel, UpdateManyModel, ReplaceOneModel: the update
+// command carries replacements too) or "delete" (DeleteOneModel,
+// DeleteManyModel). For no models, or models of several kinds (the driver
+// then sends one command per run of one kind), it returns "".
+func BulkCommand(models []mongo.WriteModel) string {
+	cmd := ""
+	for _, m := range models {
+		var c string
+		switch m.(type) {
+		case *mongo.InsertOneModel:
+			c = "insert"
+		case *mongo.UpdateOneModel, *mongo.UpdateManyModel, *mongo.ReplaceOneModel:
+			c = "update"
+		case *mongo.DeleteOneModel, *mongo.DeleteManyModel:
+			c = "delete"
+		default:
+			return ""
+		}
+		if cmd != "" && c != cmd {
+			return ""
+		}
+		cmd = c
+	}
+	return cmd
+}
+
+// ErrorTypeOther is the error type of a failure with neither a code nor a
+// known class: the semantic conventions' fallback value of error.type.
+const ErrorTypeOther = "_OTHER"
+
+// ErrorType returns a bounded, low-cardinality description of a failure
+// for error.type (OpenTelemetry semantic conventions, "Recording errors"):
+// the server error code in decimal ("11000") when it has one, else its
+// class ("transient", "network") when it is known, else ErrorTypeOther.
+// It never describes the error's text or Go type.
+func ErrorType(code int32, class policy.Class) string {
+	switch {
+	case code != 0:
+		return strconv.Itoa(int(code))
+	case class != policy.Unknown:
+		return class.String()
+	}
+	return ErrorTypeOther
+}
+
+// Handled reports whether err, an OperationEnd's Err, ends the call with
+// every input handled: nil, or an error that is or wraps a value with a
+// Handled() bool method returning true (a *writeguard.Report does). A
+// driver error returned inside a transaction is not handled.
+func Handled(err error) bool {
+	if err == nil {
+		return true
+	}
+	var h interface{ Handled() bool }
+	if errors.As(err, &h) {
+		return h.Handled()
+	}
+	return false
 }
 
 // AttemptStart is sent before each attempt (one driver call).
@@ -204,10 +295,18 @@ type Hooks struct {
 	// OperationFinished runs when the call returns, always, even after
 	// the context was cancelled.
 	OperationFinished func(ctx context.Context, ev *OperationEnd)
+	// TraceIDs returns the trace and span ids (lower-case hex, 32 and 16
+	// digits) of the trace ctx belongs to, or two empty strings. writeguard
+	// calls it with the call's context when it dead-letters documents, and
+	// stamps the ids on the envelopes (envelope.Envelope.TraceID, SpanID),
+	// so a dead letter leads back to its trace. otelhook sets it; without
+	// it envelopes carry no ids.
+	TraceIDs func(ctx context.Context) (traceID, spanID string)
 }
 
 // Compose returns Hooks that call each of hs in order. Context-returning
-// callbacks are chained: each gets the context the previous returned. The
+// callbacks are chained: each gets the context the previous returned.
+// TraceIDs returns the first non-empty trace id any of hs returns. The
 // result has every func set (to a no-op where no input has one), so callers
 // never test for nil.
 func Compose(hs ...Hooks) Hooks {
@@ -277,6 +376,16 @@ func Compose(hs ...Hooks) Hooks {
 					h.OperationFinished(ctx, ev)
 				}
 			}
+		},
+		TraceIDs: func(ctx context.Context) (string, string) {
+			for _, h := range hs {
+				if h.TraceIDs != nil {
+					if tid, sid := h.TraceIDs(ctx); tid != "" {
+						return tid, sid
+					}
+				}
+			}
+			return "", ""
 		},
 	}
 }

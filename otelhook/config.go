@@ -7,7 +7,6 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -79,7 +78,7 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithServerAddress adds server.address (host) and server.port (port) to
-// every operation span and to the db.client.operation.duration metric.
+// every operation span and to the writeguard.call.duration metric.
 // The hooks cannot see which server the driver picked, so this is the
 // address the application connects to (a mongos or the replica set's
 // seed host, say). An empty host adds neither; a port ≤ 0 adds only the
@@ -90,9 +89,9 @@ func WithServerAddress(host string, port int) Option {
 		if host == "" {
 			return
 		}
-		c.server = append(c.server, semconv.ServerAddress(host))
+		c.server = append(c.server, keyServerAddress.String(host))
 		if port > 0 {
-			c.server = append(c.server, semconv.ServerPort(port))
+			c.server = append(c.server, keyServerPort.Int(port))
 		}
 	})
 }

@@ -17,13 +17,23 @@
 //
 // # Spans
 //
+// Every name below is in names.go, the one place the package spells
+// them; CHANGELOG.md maps the names of earlier releases to these.
+//
 // Operation span, one per guarded call, from OperationStarted to
-// OperationFinished: named "<db.operation.name> <db.collection.name>"
-// ("insertMany orders"), kind client, with the stable database semantic
-// conventions (schema 1.43.0):
+// OperationFinished: named "<writeguard.method> <db.collection.name>"
+// ("insertMany orders": the driver's command span under it is "insert
+// orders"), kind client, with the stable database semantic conventions
+// (schema 1.43.0):
 //
 //   - db.system.name = "mongodb", db.namespace (the database name, when
-//     known), db.collection.name, db.operation.name (insertOne,
+//     known), db.collection.name, db.operation.name: the server command,
+//     as the conventions and the driver instrumentation (otelmongo) name
+//     it — "insert" for InsertOne and InsertMany; for BulkWrite "insert",
+//     "update" or "delete" when the caller of the hooks sets
+//     hooks.Operation.Command, else "bulkWrite" (see
+//     hooks.Operation.CommandName);
+//   - writeguard.method: the driver method called (insertOne,
 //     insertMany, bulkWrite);
 //   - db.operation.batch.size, only when the call has 2 or more inputs;
 //   - server.address and server.port, only with WithServerAddress;
@@ -40,17 +50,20 @@
 //   - writeguard.in_transaction = true for a call inside a transaction.
 //
 // Only a call that failed as a whole — its error is not nil and
-// writeguard.Handled(err) is false — gets status Error, error.type and,
+// writeguard.Handled(err) (hooks.Handled) is false — gets status Error, error.type and,
 // when the failure has a code, db.response.status_code (the code as a
-// string, "11000"). error.type is that code, or the failure's class
-// ("transient") when it has no code, or "_OTHER". Handled dispositions
+// string, "11000"). error.type is what the call's error reports through
+// an ErrorType() string method (a *writeguard.Report's: its first
+// unhandled input's code, class, or disposition when it has no failure);
+// without one, the failure's code, or its class ("transient") when it has
+// no code, or "_OTHER" (hooks.ErrorType). Handled dispositions
 // (dead_lettered, already_written, conflict_skipped, ...) are not errors.
 // The status description names the unhandled dispositions ("unhandled: 1
 // conflict"), never the error text.
 //
 // One event per scheduled retry on the operation span, writeguard.retry,
 // with writeguard.attempt (the number the retry will have),
-// writeguard.backoff_ms (the wait before it, in milliseconds),
+// writeguard.backoff (the wait before it, in seconds, a double),
 // writeguard.documents (inputs re-sent), writeguard.class and
 // db.response.status_code of the failure that caused it. A retry the
 // retry budget refused adds a writeguard.budget_exhausted event
@@ -61,8 +74,8 @@
 // attempt" ("insertMany orders attempt"; the attempt number is an
 // attribute, to keep span names low-cardinality), kind internal, with
 // writeguard.attempt (from 1), writeguard.documents (documents or models
-// sent) and writeguard.backoff_ms (the backoff waited before it, in
-// milliseconds; 0 for the first). A failed attempt adds
+// sent) and writeguard.backoff (the backoff waited before it, in seconds,
+// a double; 0 for the first). A failed attempt adds
 // db.response.status_code (when the first failure has a code),
 // writeguard.class, writeguard.failures (the number of failures in the
 // reply) and error.type, and has status Error — even when writeguard then
@@ -81,24 +94,32 @@
 // Every span ends when OperationFinished runs, which writeguard
 // guarantees, also when the call's context was cancelled.
 //
+// The hooks also set hooks.Hooks.TraceIDs: the dead-letter envelopes of a
+// call carry the trace and span ids of its operation span, so a dead
+// letter leads back to its trace.
+//
 // # Metrics
 //
 // Every metric carries db.system.name, db.namespace (when known),
-// db.collection.name and db.operation.name:
+// db.collection.name, db.operation.name and writeguard.method. No metric
+// has a semantic-conventions name: the driver instrumentation records
+// db.client.operation.duration per server command, and a guarded call
+// (retries and backoff included) is another measure, so it has
+// writeguard's own name.
 //
-//   - db.client.operation.duration (histogram, seconds; buckets 0.001,
-//     0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10): the guarded call's duration
-//     as writeguard's clock measured it, retries and backoff waits
-//     included, plus server.address/server.port when configured and, for
-//     a call that failed as a whole, error.type and
-//     db.response.status_code. Not recorded for a call inside a
-//     transaction, whose duration writeguard does not report.
-//   - writeguard.dispositions (counter, {document}): inputs by terminal
-//     disposition, with writeguard.disposition and, for an input that
-//     failed, writeguard.class and db.response.status_code. Recorded when
-//     the call ends. Calls inside a transaction have no dispositions.
-//   - writeguard.attempts (histogram, {attempt}; buckets 1, 2, 3, 4, 5, 7,
-//     10, 20, 50): driver calls per guarded call.
+//   - writeguard.call.duration (histogram, seconds; the buckets of
+//     db.client.operation.duration: 0.001, 0.005, 0.01, 0.05, 0.1, 0.5,
+//     1, 5, 10): the guarded call's duration as writeguard's clock
+//     measured it, retries and backoff waits included, plus
+//     server.address/server.port when configured and, for a call that
+//     failed as a whole, error.type and db.response.status_code.
+//   - writeguard.call.inputs (counter, {input}): input documents or write
+//     models by terminal disposition, with writeguard.disposition and,
+//     for an input that failed, writeguard.class and
+//     db.response.status_code. Recorded when the call ends. Calls inside
+//     a transaction have no dispositions.
+//   - writeguard.call.attempts (histogram, {attempt}; buckets 1, 2, 3, 4,
+//     5, 7, 10, 20, 50): driver calls per guarded call.
 //   - writeguard.unclassified (counter, {failure}): failures no classifier
 //     rule matched, with db.response.status_code — one per input, or per
 //     call inside a transaction. Such failures are never retried; this

@@ -27,8 +27,8 @@ import (
 // spans go to the stdout exporter; to keep the output stable, the example
 // writes the exporter's JSON to a buffer and prints it as a tree: names,
 // writeguard and status attributes, events and statuses, without IDs and
-// timings (and without db.system.name, db.namespace, db.collection.name
-// and db.operation.name, which every operation span has).
+// timings (and without db.system.name, db.namespace and
+// db.collection.name, which every operation span has).
 func ExampleNew() {
 	var out bytes.Buffer // os.Stdout in a real program
 	exp, err := stdouttrace.New(stdouttrace.WithWriter(&out), stdouttrace.WithoutTimestamps())
@@ -74,10 +74,10 @@ func ExampleNew() {
 	printTree(&out)
 	// Output:
 	// handled: true
-	// insertMany orders db.operation.batch.size=5 writeguard.attempts=2 writeguard.retries=1 writeguard.dead_lettered=2 writeguard.conflicts=0 writeguard.dispositions.dead_lettered=2 writeguard.dispositions.written=3
-	//   event writeguard.retry writeguard.attempt=2 writeguard.backoff_ms=50 writeguard.documents=5 writeguard.class=transient db.response.status_code=189
-	//   insertMany orders attempt writeguard.attempt=1 writeguard.documents=5 writeguard.backoff_ms=0 db.response.status_code=189 writeguard.class=transient writeguard.failures=1 error.type=189 status=Error "attempt failed: transient failure, code 189"
-	//   insertMany orders attempt writeguard.attempt=2 writeguard.documents=5 writeguard.backoff_ms=50 db.response.status_code=121 writeguard.class=invalid writeguard.failures=2 error.type=121 status=Error "attempt failed: invalid failure, code 121"
+	// insertMany orders db.operation.name=insert writeguard.method=insertMany db.operation.batch.size=5 writeguard.attempts=2 writeguard.retries=1 writeguard.dead_lettered=2 writeguard.conflicts=0 writeguard.dispositions.dead_lettered=2 writeguard.dispositions.written=3
+	//   event writeguard.retry writeguard.attempt=2 writeguard.backoff=0.05 writeguard.documents=5 writeguard.class=transient db.response.status_code=189
+	//   insertMany orders attempt writeguard.attempt=1 writeguard.documents=5 writeguard.backoff=0 db.response.status_code=189 writeguard.class=transient writeguard.failures=1 error.type=189 status=Error "attempt failed: transient failure, code 189"
+	//   insertMany orders attempt writeguard.attempt=2 writeguard.documents=5 writeguard.backoff=0.05 db.response.status_code=121 writeguard.class=invalid writeguard.failures=2 error.type=121 status=Error "attempt failed: invalid failure, code 121"
 	//   insertMany orders dead_letter writeguard.envelopes=2 writeguard.attempt=1 writeguard.fallback=false
 }
 
@@ -112,7 +112,7 @@ func (s exportedSpan) line() string {
 func writeAttrs(b *strings.Builder, attrs []exportedAttr) {
 	for _, a := range attrs {
 		switch a.Key {
-		case "db.system.name", "db.namespace", "db.collection.name", "db.operation.name":
+		case "db.system.name", "db.namespace", "db.collection.name":
 			continue
 		}
 		fmt.Fprintf(b, " %s=%v", a.Key, a.Value.Value)

@@ -18,7 +18,6 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/policy"
 )
@@ -31,36 +30,12 @@ const ScopeName = "github.com/writeguard/writeguard/otelhook"
 // meter otelhook uses.
 const Version = "0.1.0"
 
-// writeguard attribute keys (the db.*, server.* and error.type keys come
-// from semconv).
-const (
-	keyDisposition     = attribute.Key("writeguard.disposition")
-	prefixDispositions = "writeguard.dispositions."
-	keyAttempts        = attribute.Key("writeguard.attempts")
-	keyRetries         = attribute.Key("writeguard.retries")
-	keyDeadLettered    = attribute.Key("writeguard.dead_lettered")
-	keyConflicts       = attribute.Key("writeguard.conflicts")
-	keyInTransaction   = attribute.Key("writeguard.in_transaction")
-	keyAttempt         = attribute.Key("writeguard.attempt")
-	keyDocuments       = attribute.Key("writeguard.documents")
-	keyBackoffMS       = attribute.Key("writeguard.backoff_ms")
-	keyClass           = attribute.Key("writeguard.class")
-	keyFailures        = attribute.Key("writeguard.failures")
-	keyEnvelopes       = attribute.Key("writeguard.envelopes")
-	keyFallback        = attribute.Key("writeguard.fallback")
-)
-
-// Span event names.
-const (
-	eventRetry           = "writeguard.retry"
-	eventBudgetExhausted = "writeguard.budget_exhausted"
-)
-
-// durationBuckets are the explicit bucket boundaries, in seconds, that the
-// database semantic conventions give for db.client.operation.duration.
+// durationBuckets are the explicit bucket boundaries, in seconds, of
+// writeguard.call.duration: those the database semantic conventions give
+// for db.client.operation.duration, so the two compare bucket by bucket.
 var durationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
 
-// attemptBuckets are the bucket boundaries of writeguard.attempts: one
+// attemptBuckets are the bucket boundaries of writeguard.call.attempts: one
 // bucket per attempt up to the default maximum of 5, then coarser.
 var attemptBuckets = []float64{1, 2, 3, 4, 5, 7, 10, 20, 50}
 
@@ -86,6 +61,7 @@ func New(opts ...Option) (hooks.Hooks, error) {
 		DeadLetterFinished: h.deadLetterFinished,
 		Disposition:        h.disposition,
 		OperationFinished:  h.operationFinished,
+		TraceIDs:           traceIDs,
 	}, nil
 }
 
@@ -98,7 +74,7 @@ type handler struct {
 	limit  *limiter
 
 	duration     metric.Float64Histogram
-	dispositions metric.Int64Counter
+	inputs       metric.Int64Counter
 	attempts     metric.Int64Histogram
 	unclassified metric.Int64Counter
 	budget       metric.Int64Counter
@@ -115,23 +91,23 @@ func newHandler(c *config) (*handler, error) {
 	m := c.meterProvider.Meter(ScopeName,
 		metric.WithInstrumentationVersion(Version), metric.WithSchemaURL(semconv.SchemaURL))
 	var err, e error
-	h.duration, e = m.Float64Histogram("db.client.operation.duration",
+	h.duration, e = m.Float64Histogram(MetricCallDuration,
 		metric.WithDescription("Duration of guarded write calls, from the call to its return, retries and backoff waits included."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
 	err = errors.Join(err, e)
-	h.dispositions, e = m.Int64Counter("writeguard.dispositions",
+	h.inputs, e = m.Int64Counter(MetricCallInputs,
 		metric.WithDescription("Input documents or write models by terminal disposition."),
-		metric.WithUnit("{document}"))
+		metric.WithUnit("{input}"))
 	err = errors.Join(err, e)
-	h.attempts, e = m.Int64Histogram("writeguard.attempts",
+	h.attempts, e = m.Int64Histogram(MetricCallAttempts,
 		metric.WithDescription("Driver calls made per guarded write call."),
 		metric.WithUnit("{attempt}"), metric.WithExplicitBucketBoundaries(attemptBuckets...))
 	err = errors.Join(err, e)
-	h.unclassified, e = m.Int64Counter("writeguard.unclassified",
+	h.unclassified, e = m.Int64Counter(MetricUnclassified,
 		metric.WithDescription("Failures no classifier rule matched (never retried): documents, or calls inside a transaction."),
 		metric.WithUnit("{failure}"))
 	err = errors.Join(err, e)
-	h.budget, e = m.Int64Counter("writeguard.budget.exhausted",
+	h.budget, e = m.Int64Counter(MetricBudgetExhausted,
 		metric.WithDescription("Retries the retry budget refused."),
 		metric.WithUnit("{refusal}"))
 	err = errors.Join(err, e)
@@ -168,7 +144,7 @@ type step struct {
 	span trace.Span
 }
 
-// dispKey is the attribute set of one writeguard.dispositions point.
+// dispKey is the attribute set of one writeguard.call.inputs point.
 type dispKey struct {
 	disp    policy.Disposition
 	class   policy.Class
@@ -192,7 +168,9 @@ func (h *handler) stepFrom(ctx context.Context, key any) *step {
 	return s
 }
 
-// spanName is "<db.operation.name> <db.collection.name>".
+// spanName is "<writeguard.method> <db.collection.name>" ("insertMany
+// orders"): the method, not the command, so that the call's span never
+// has the name of the driver's command span ("insert orders") under it.
 func spanName(op *hooks.Operation) string {
 	if op.Collection == "" {
 		return op.Name
@@ -202,15 +180,15 @@ func spanName(op *hooks.Operation) string {
 
 // metricAttrs returns the attributes every metric of op carries.
 func metricAttrs(op *hooks.Operation) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 4)
-	attrs = append(attrs, semconv.DBSystemNameMongoDB)
+	attrs := make([]attribute.KeyValue, 0, 5)
+	attrs = append(attrs, keyDBSystemName.String(semconv.DBSystemNameMongoDB.Value.AsString()))
 	if op.Database != "" {
-		attrs = append(attrs, semconv.DBNamespace(op.Database))
+		attrs = append(attrs, keyDBNamespace.String(op.Database))
 	}
 	if op.Collection != "" {
-		attrs = append(attrs, semconv.DBCollectionName(op.Collection))
+		attrs = append(attrs, keyDBCollectionName.String(op.Collection))
 	}
-	return append(attrs, semconv.DBOperationName(op.Name))
+	return append(attrs, keyDBOperationName.String(op.CommandName()), keyMethod.String(op.Name))
 }
 
 // with returns a new slice holding base then extra (metric options may
@@ -232,27 +210,45 @@ func code(c int32) []attribute.KeyValue {
 	if c == 0 {
 		return nil
 	}
-	return []attribute.KeyValue{semconv.DBResponseStatusCode(strconv.Itoa(int(c)))}
+	return []attribute.KeyValue{keyDBStatusCode.String(strconv.Itoa(int(c)))}
 }
 
 // errorType is the error.type of a failure: its code when it has one (as
 // the semantic conventions ask), else its class when it has one, else
-// _OTHER.
-func errorType(c int32, class policy.Class) string {
-	switch {
-	case c != 0:
-		return strconv.Itoa(int(c))
-	case class != policy.Unknown:
-		return class.String()
+// _OTHER (hooks.ErrorType).
+func errorType(c int32, class policy.Class) attribute.KeyValue {
+	return keyErrorType.String(hooks.ErrorType(c, class))
+}
+
+// callErrorType is the error.type of a call that failed as a whole: what
+// its error's ErrorType method says (a *writeguard.Report's: the code or
+// class of its first unhandled input, or that input's disposition when it
+// has no failure), else the code or class of OperationEnd.
+func callErrorType(ev *hooks.OperationEnd) attribute.KeyValue {
+	var r interface{ ErrorType() string }
+	if errors.As(ev.Err, &r) {
+		if et := r.ErrorType(); et != "" {
+			return keyErrorType.String(et)
+		}
 	}
-	return semconv.ErrorTypeOther.Value.AsString()
+	return errorType(ev.Code, ev.Class)
+}
+
+// traceIDs returns the ids of the span in ctx (hooks.Hooks.TraceIDs), so
+// that dead-letter envelopes name the trace of the write.
+func traceIDs(ctx context.Context) (string, string) {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return "", ""
+	}
+	return sc.TraceID().String(), sc.SpanID().String()
 }
 
 func (h *handler) operationStarted(ctx context.Context, op *hooks.Operation) context.Context {
 	attrs := make([]attribute.KeyValue, 0, 8)
 	attrs = append(attrs, metricAttrs(op)...)
 	if op.BatchSize >= 2 {
-		attrs = append(attrs, semconv.DBOperationBatchSize(op.BatchSize))
+		attrs = append(attrs, keyDBBatchSize.Int(op.BatchSize))
 	}
 	attrs = append(attrs, h.server...)
 	if op.InTransaction {
@@ -275,10 +271,10 @@ func (h *handler) startStep(ctx context.Context, st *opState, name string, attrs
 
 func (h *handler) attemptStarted(ctx context.Context, ev *hooks.AttemptStart) context.Context {
 	st := h.opFrom(ctx)
-	span := h.startStep(ctx, st, spanName(ev.Op)+" attempt",
+	span := h.startStep(ctx, st, spanName(ev.Op)+suffixAttempt,
 		keyAttempt.Int(ev.Attempt),
 		keyDocuments.Int(ev.Documents),
-		keyBackoffMS.Int64(ev.Delay.Milliseconds()),
+		keyBackoff.Float64(ev.Delay.Seconds()),
 	)
 	return context.WithValue(trace.ContextWithSpan(ctx, span), attemptKey{h}, &step{op: st, span: span})
 }
@@ -294,11 +290,10 @@ func (h *handler) attemptFinished(ctx context.Context, ev *hooks.AttemptEnd) {
 		return // no matching AttemptStarted (another hook set's context)
 	}
 	if ev.Err != nil {
-		et := errorType(ev.Code, ev.Class)
 		s.span.SetAttributes(append(code(ev.Code),
 			keyClass.String(ev.Class.String()),
 			keyFailures.Int(ev.Failures),
-			semconv.ErrorTypeKey.String(et))...)
+			errorType(ev.Code, ev.Class))...)
 		s.span.SetStatus(codes.Error, "attempt failed: "+failureText(ev.Code, ev.Class))
 	}
 	s.span.End()
@@ -320,7 +315,7 @@ func (h *handler) retryScheduled(ctx context.Context, ev *hooks.Retry) {
 	}
 	st.span.AddEvent(eventRetry, trace.WithAttributes(append([]attribute.KeyValue{
 		keyAttempt.Int(ev.Attempt),
-		keyBackoffMS.Int64(ev.Delay.Milliseconds()),
+		keyBackoff.Float64(ev.Delay.Seconds()),
 		keyDocuments.Int(ev.Documents),
 		keyClass.String(ev.Class.String()),
 	}, code(ev.Code)...)...))
@@ -346,7 +341,7 @@ func (h *handler) budgetExhausted(ctx context.Context, ev *hooks.BudgetExhausted
 
 func (h *handler) deadLetterStarted(ctx context.Context, ev *hooks.DeadLetterStart) context.Context {
 	st := h.opFrom(ctx)
-	span := h.startStep(ctx, st, spanName(ev.Op)+" dead_letter",
+	span := h.startStep(ctx, st, spanName(ev.Op)+suffixDeadLetter,
 		keyEnvelopes.Int(ev.Envelopes),
 		keyAttempt.Int(ev.Attempt),
 		keyFallback.Bool(ev.Fallback),
@@ -366,7 +361,7 @@ func (h *handler) deadLetterFinished(ctx context.Context, ev *hooks.DeadLetterEn
 		if fs := policy.Extract(ev.Err); len(fs) > 0 {
 			c = fs[0].Code
 		}
-		s.span.SetAttributes(append(code(c), semconv.ErrorTypeKey.String(errorType(c, policy.Unknown)))...)
+		s.span.SetAttributes(append(code(c), errorType(c, policy.Unknown))...)
 		s.span.SetStatus(codes.Error, "dead-letter sink failed")
 	}
 	s.span.End()
@@ -392,7 +387,7 @@ func (h *handler) disposition(ctx context.Context, ev *hooks.Disposition) {
 		st.mu.Unlock()
 		return
 	}
-	h.dispositions.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(dispAttrs(metricAttrs(ev.Op), k)...))
+	h.inputs.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(dispAttrs(metricAttrs(ev.Op), k)...))
 }
 
 func dispAttrs(base []attribute.KeyValue, k dispKey) []attribute.KeyValue {
@@ -428,16 +423,16 @@ func (h *handler) operationFinished(ctx context.Context, ev *hooks.OperationEnd)
 	} else {
 		base = metricAttrs(ev.Op)
 	}
-	failed := ev.Err != nil && !writeguard.Handled(ev.Err)
+	failed := !hooks.Handled(ev.Err)
 	var errAttrs []attribute.KeyValue
 	if failed {
-		errAttrs = append(code(ev.Code), semconv.ErrorTypeKey.String(errorType(ev.Code, ev.Class)))
+		errAttrs = append(code(ev.Code), callErrorType(ev))
 	}
 
 	h.duration.Record(mctx, ev.Duration.Seconds(), metric.WithAttributes(with(with(base, h.server...), errAttrs...)...))
 	h.attempts.Record(mctx, int64(ev.Attempts), metric.WithAttributes(with(base)...))
 	for k, n := range disp {
-		h.dispositions.Add(mctx, n, metric.WithAttributes(dispAttrs(base, k)...))
+		h.inputs.Add(mctx, n, metric.WithAttributes(dispAttrs(base, k)...))
 	}
 
 	if st == nil {

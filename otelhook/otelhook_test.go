@@ -60,7 +60,8 @@ func TestCleanInsert(t *testing.T) {
 		"db.system.name":           "mongodb",
 		"db.namespace":             "shop",
 		"db.collection.name":       "orders",
-		"db.operation.name":        "insertOne",
+		"db.operation.name":        "insert",
+		"writeguard.method":        "insertOne",
 		"db.operation.batch.size":  absent,
 		"server.address":           "mongo.example",
 		"server.port":              "27017",
@@ -87,7 +88,7 @@ func TestCleanInsert(t *testing.T) {
 	checkAttrs(t, "attempt span", at.Attributes(), map[string]string{
 		"writeguard.attempt":      "1",
 		"writeguard.documents":    "1",
-		"writeguard.backoff_ms":   "0",
+		"writeguard.backoff":      "0",
 		"writeguard.class":        absent,
 		"db.response.status_code": absent,
 	})
@@ -109,7 +110,7 @@ func TestRetriedInsert(t *testing.T) {
 	if len(sleeps) != 1 {
 		t.Fatalf("slept %v, want one backoff", sleeps)
 	}
-	wantMS := strconv.FormatInt(sleeps[0].Milliseconds(), 10)
+	wantS := strconv.FormatFloat(sleeps[0].Seconds(), 'g', -1, 64)
 
 	op := hx.one(t, "insertOne orders")
 	checkAttrs(t, "operation span", op.Attributes(), map[string]string{
@@ -127,7 +128,7 @@ func TestRetriedInsert(t *testing.T) {
 	}
 	checkAttrs(t, "retry event", evs[0].Attributes, map[string]string{
 		"writeguard.attempt":      "2",
-		"writeguard.backoff_ms":   wantMS,
+		"writeguard.backoff":      wantS,
 		"writeguard.documents":    "1",
 		"writeguard.class":        "transient",
 		"db.response.status_code": "189",
@@ -142,7 +143,7 @@ func TestRetriedInsert(t *testing.T) {
 	}
 	checkAttrs(t, "attempt 1", ats[0].Attributes(), map[string]string{
 		"writeguard.attempt":      "1",
-		"writeguard.backoff_ms":   "0",
+		"writeguard.backoff":      "0",
 		"db.response.status_code": "189",
 		"writeguard.class":        "transient",
 		"writeguard.failures":     "1",
@@ -153,7 +154,7 @@ func TestRetriedInsert(t *testing.T) {
 	}
 	checkAttrs(t, "attempt 2", ats[1].Attributes(), map[string]string{
 		"writeguard.attempt":      "2",
-		"writeguard.backoff_ms":   wantMS,
+		"writeguard.backoff":      wantS,
 		"db.response.status_code": absent,
 		"writeguard.class":        absent,
 	})
@@ -284,7 +285,7 @@ func TestDeadLetterOutage(t *testing.T) {
 			t.Errorf("operation status %v %q", s.Code, s.Description)
 		}
 		rm := hx.collect(t)
-		if n := counterValue(t, rm, "writeguard.dispositions", map[string]string{
+		if n := counterValue(t, rm, "writeguard.call.inputs", map[string]string{
 			"writeguard.disposition": "dead_letter_failed", "writeguard.class": "invalid", "db.response.status_code": "121",
 		}); n != 1 {
 			t.Errorf("dead_letter_failed counted %d times, want 1", n)
@@ -356,10 +357,10 @@ func TestContextCancelledMidBackoff(t *testing.T) {
 		t.Errorf("events %v, want the scheduled retry", evs)
 	}
 	rm := hx.collect(t)
-	if n, _ := histogram(t, rm, "db.client.operation.duration", map[string]string{"error.type": "189"}); n != 1 {
+	if n, _ := histogram(t, rm, "writeguard.call.duration", map[string]string{"error.type": "189"}); n != 1 {
 		t.Errorf("duration recorded %d times with error.type 189, want 1", n)
 	}
-	if n := counterValue(t, rm, "writeguard.dispositions", map[string]string{"writeguard.disposition": "exhausted"}); n != 1 {
+	if n := counterValue(t, rm, "writeguard.call.inputs", map[string]string{"writeguard.disposition": "exhausted"}); n != 1 {
 		t.Errorf("exhausted counted %d, want 1", n)
 	}
 }
@@ -427,7 +428,7 @@ func TestMetrics(t *testing.T) {
 		hx := newHarness(t, otelhook.WithServerAddress("mongo.example", 27017))
 		_ = mixedBatch(t, hx)
 		rm := hx.collect(t)
-		call := map[string]string{"db.system.name": "mongodb", "db.namespace": "shop", "db.collection.name": "orders", "db.operation.name": "insertMany"}
+		call := map[string]string{"db.system.name": "mongodb", "db.namespace": "shop", "db.collection.name": "orders", "db.operation.name": "insert", "writeguard.method": "insertMany"}
 		for _, c := range []struct {
 			filter map[string]string
 			want   int64
@@ -437,18 +438,18 @@ func TestMetrics(t *testing.T) {
 			{map[string]string{"writeguard.disposition": "conflict", "writeguard.class": "conflict", "db.response.status_code": "11000"}, 1},
 			{call, 4},
 		} {
-			if got := counterValue(t, rm, "writeguard.dispositions", c.filter); got != c.want {
+			if got := counterValue(t, rm, "writeguard.call.inputs", c.filter); got != c.want {
 				t.Errorf("writeguard.dispositions%v = %d, want %d", c.filter, got, c.want)
 			}
 		}
-		if n, sum := histogram(t, rm, "writeguard.attempts", call); n != 1 || sum != 1 {
+		if n, sum := histogram(t, rm, "writeguard.call.attempts", call); n != 1 || sum != 1 {
 			t.Errorf("writeguard.attempts: count %d sum %v, want 1 and 1", n, sum)
 		}
-		m := findMetric(t, rm, "db.client.operation.duration")
+		m := findMetric(t, rm, "writeguard.call.duration")
 		if m.Unit != "s" {
 			t.Errorf("duration unit %q, want s", m.Unit)
 		}
-		if n, _ := histogram(t, rm, "db.client.operation.duration", map[string]string{
+		if n, _ := histogram(t, rm, "writeguard.call.duration", map[string]string{
 			"db.collection.name": "orders", "error.type": "11000", "db.response.status_code": "11000", "server.address": "mongo.example", "server.port": "27017",
 		}); n != 1 {
 			t.Errorf("duration recorded %d times with the failure's attributes, want 1", n)
@@ -478,10 +479,10 @@ func TestMetrics(t *testing.T) {
 		if n := counterValue(t, rm, "writeguard.unclassified", map[string]string{"db.response.status_code": "8000", "db.collection.name": "orders"}); n != 2 {
 			t.Errorf("unclassified{code=8000} = %d, want 2", n)
 		}
-		if n := counterValue(t, rm, "writeguard.dispositions", map[string]string{"writeguard.disposition": "failed", "writeguard.class": "unknown", "db.response.status_code": "8000"}); n != 2 {
+		if n := counterValue(t, rm, "writeguard.call.inputs", map[string]string{"writeguard.disposition": "failed", "writeguard.class": "unknown", "db.response.status_code": "8000"}); n != 2 {
 			t.Errorf("failed/unknown/8000 = %d, want 2", n)
 		}
-		if n, sum := histogram(t, rm, "writeguard.attempts", nil); n != 2 || sum != 2 {
+		if n, sum := histogram(t, rm, "writeguard.call.attempts", nil); n != 2 || sum != 2 {
 			t.Errorf("attempts: count %d sum %v, want 2 calls of 1 attempt", n, sum)
 		}
 		logs := hx.logs.String()
@@ -505,7 +506,7 @@ func TestMetrics(t *testing.T) {
 		if n := counterValue(t, rm, "writeguard.unclassified", map[string]string{"db.response.status_code": absent}); n != 1 {
 			t.Errorf("unclassified without a code = %d, want 1", n)
 		}
-		if n := counterValue(t, rm, "writeguard.dispositions", map[string]string{"writeguard.disposition": "failed", "writeguard.class": "unknown"}); n != 1 {
+		if n := counterValue(t, rm, "writeguard.call.inputs", map[string]string{"writeguard.disposition": "failed", "writeguard.class": "unknown"}); n != 1 {
 			t.Errorf("failed/unknown = %d, want 1", n)
 		}
 		checkAttrs(t, "operation span", hx.one(t, "insertOne orders").Attributes(), map[string]string{
@@ -525,10 +526,10 @@ func TestMetrics(t *testing.T) {
 			t.Fatalf("err = %v, want ErrExhausted", err)
 		}
 		rm := hx.collect(t)
-		if n := counterValue(t, rm, "writeguard.budget.exhausted", map[string]string{"db.response.status_code": "189", "db.operation.name": "insertOne"}); n != 1 {
+		if n := counterValue(t, rm, "writeguard.budget.exhausted", map[string]string{"db.response.status_code": "189", "db.operation.name": "insert", "writeguard.method": "insertOne"}); n != 1 {
 			t.Errorf("budget.exhausted = %d, want 1", n)
 		}
-		if n, sum := histogram(t, rm, "writeguard.attempts", nil); n != 1 || sum != 2 {
+		if n, sum := histogram(t, rm, "writeguard.call.attempts", nil); n != 1 || sum != 2 {
 			t.Errorf("attempts: count %d sum %v, want one call of 2 attempts", n, sum)
 		}
 		if c := strings.Count(hx.logs.String(), "retry budget exhausted"); c != 1 {
@@ -601,13 +602,13 @@ func TestConcurrentCalls(t *testing.T) {
 		n, _ := strconv.Atoi(attrMap(op.Attributes())["writeguard.dead_lettered"])
 		deadLettered += n
 	}
-	if n := counterValue(t, rm, "writeguard.dispositions", map[string]string{"writeguard.disposition": "dead_lettered"}); n != int64(deadLettered) || n == 0 {
+	if n := counterValue(t, rm, "writeguard.call.inputs", map[string]string{"writeguard.disposition": "dead_lettered"}); n != int64(deadLettered) || n == 0 {
 		t.Errorf("dead_lettered counter = %d, spans say %d", n, deadLettered)
 	}
-	if n := counterValue(t, rm, "writeguard.dispositions", nil); n != 2*calls {
+	if n := counterValue(t, rm, "writeguard.call.inputs", nil); n != 2*calls {
 		t.Errorf("%d dispositions, want %d", n, 2*calls)
 	}
-	if n, _ := histogram(t, rm, "writeguard.attempts", nil); n != calls {
+	if n, _ := histogram(t, rm, "writeguard.call.attempts", nil); n != calls {
 		t.Errorf("attempts histogram count %d, want %d", n, calls)
 	}
 }
@@ -643,7 +644,7 @@ func TestInTransaction(t *testing.T) {
 	if n := counterValue(t, rm, "writeguard.unclassified", map[string]string{"db.response.status_code": "8000"}); n != 1 {
 		t.Errorf("unclassified = %d, want 1", n)
 	}
-	if n, _ := histogram(t, rm, "db.client.operation.duration", nil); n != 1 {
+	if n, _ := histogram(t, rm, "writeguard.call.duration", nil); n != 1 {
 		t.Errorf("duration recorded %d times, want 1", n)
 	}
 }
@@ -675,7 +676,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("%d spans ended for events without a start", n)
 	}
 	rm := hx.collect(t)
-	if n := counterValue(t, rm, "writeguard.dispositions", map[string]string{"writeguard.disposition": "written", "db.collection.name": "orders"}); n != 1 {
+	if n := counterValue(t, rm, "writeguard.call.inputs", map[string]string{"writeguard.disposition": "written", "db.collection.name": "orders"}); n != 1 {
 		t.Errorf("written = %d, want 1", n)
 	}
 }
@@ -756,9 +757,39 @@ func TestBulkWrite(t *testing.T) {
 	op := hx.one(t, "bulkWrite orders")
 	checkAttrs(t, "operation span", op.Attributes(), map[string]string{
 		"db.operation.name":               "bulkWrite",
+		"writeguard.method":               "bulkWrite",
 		"db.operation.batch.size":         "2",
 		"writeguard.dispositions.written": "2",
 		"writeguard.disposition":          absent,
 	})
 	childOf(t, hx.one(t, "bulkWrite orders attempt"), op)
+}
+
+// reportLike is an unhandled call error with an ErrorType method, as
+// *writeguard.Report has.
+type reportLike struct{ et string }
+
+func (r reportLike) Error() string     { return "report" }
+func (r reportLike) Handled() bool     { return false }
+func (r reportLike) ErrorType() string { return r.et }
+
+func TestErrorTypeFromTheCallError(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{reportLike{"not_attempted"}, "not_attempted"},
+		{fmt.Errorf("wrapped: %w", reportLike{"11000"}), "11000"},
+		{reportLike{""}, "189"},             // no answer: the event's code
+		{errors.New("driver error"), "189"}, // no method: the event's code
+	} {
+		hx := newHarness(t)
+		op := &hooks.Operation{Name: "insertOne", Collection: "orders", BatchSize: 1}
+		ctx := hx.hooks.OperationStarted(bg, op)
+		hx.hooks.OperationFinished(ctx, &hooks.OperationEnd{Op: op, Attempts: 1, Err: c.err, Code: 189, Class: policy.Transient})
+		checkAttrs(t, "operation span", hx.one(t, "insertOne orders").Attributes(), map[string]string{"error.type": c.want})
+		if n, _ := histogram(t, hx.collect(t), "writeguard.call.duration", map[string]string{"error.type": c.want}); n != 1 {
+			t.Errorf("%v: duration recorded %d times with error.type %q, want 1", c.err, n, c.want)
+		}
+	}
 }

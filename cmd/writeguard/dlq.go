@@ -37,7 +37,7 @@ a guarded collection stored for documents the server rejected as invalid.
   stats     counts by status, failing keyword, path, code and namespace
   list      one line per envelope (newest first)
   show ID   one envelope in full: original document and errInfo
-            (ID: fingerprint, a prefix of it, or the document's _id)
+            (ID: fingerprint, any unique prefix of it, or the document's _id)
   replay    write pending originals into their collection; envelopes
             written become "replayed", the ones rejected again stay pending
   discard   mark pending envelopes "discarded" (never replayed)
@@ -93,6 +93,41 @@ func (c *codeFlag) Set(s string) error {
 	return nil
 }
 
+// ageFlag is an -older-than or -newer-than value: a whole number of days
+// ("3d") or a Go duration ("90m", "36h", "1h30m"; time.ParseDuration).
+type ageFlag struct{ d *time.Duration }
+
+func (a ageFlag) String() string {
+	if a.d == nil || *a.d == 0 {
+		return ""
+	}
+	return a.d.String()
+}
+
+func (a ageFlag) Set(s string) error {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if v, err := strconv.ParseUint(days, 10, 16); err == nil {
+			*a.d = time.Duration(v) * 24 * time.Hour
+			return nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("%q is not an age: want a number of days (3d) or a Go duration (90m, 36h, 1h30m; units h, m, s)", s)
+	}
+	*a.d = d
+	return nil
+}
+
+// plural returns "1 envelope", "1,160 envelopes": count (with thousands
+// separators) and noun, plural unless count is 1.
+func plural[T ~int | ~int64](count T, noun string) string {
+	if count == 1 {
+		return n(count) + " " + noun
+	}
+	return n(count) + " " + noun + "s"
+}
+
 // dlqFlags are the flags every dlq command takes.
 type dlqFlags struct {
 	uri, dataDir, db, coll string
@@ -125,8 +160,10 @@ Lists the envelopes the filters select, newest first (every status unless
 	"show": `Usage: writeguard dlq show [flags] ID
 
 Shows one envelope in full, its original document and the server's errInfo
-as Extended JSON. ID is a fingerprint, a unique prefix of one (at least 6
-hex digits), or the dead-lettered document's _id.
+as Extended JSON. ID is a fingerprint or any unique prefix of one (hex
+digits, either case), the dead-lettered document's _id, or the envelope's
+id (list --json). An ambiguous prefix is a usage error naming the
+envelopes it matches; no match exits 1.
 `,
 	"replay": `Usage: writeguard dlq replay [flags]
 
@@ -170,8 +207,8 @@ func runDLQCommand(ctx context.Context, cmd string, args []string, stdout, stder
 		fs.Var(&f.codes, "code", "select envelopes by server error `code` (121); repeatable")
 		fs.Var(&f.namespaces, "namespace", "select envelopes of this target `db.collection`; repeatable")
 		fs.Var(&f.statuses, "status", "select envelopes by `status`: pending, replayed, discarded; repeatable")
-		fs.DurationVar(&f.olderThan, "older-than", 0, "select envelopes first seen more than `DURATION` ago (e.g. 1h, 72h)")
-		fs.DurationVar(&f.newerThan, "newer-than", 0, "select envelopes first seen at most `DURATION` ago")
+		fs.Var(ageFlag{&f.olderThan}, "older-than", "select envelopes first seen more than `AGE` ago: days (3d) or a Go duration (90m, 36h, 1h30m)")
+		fs.Var(ageFlag{&f.newerThan}, "newer-than", "select envelopes first seen at most `AGE` ago: days (3d) or a Go duration (90m, 36h)")
 	}
 	switch cmd {
 	case "list":
@@ -334,7 +371,7 @@ func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter
 		}
 		return exitOK
 	}
-	fmt.Fprintf(stdout, "%s.%s: %s envelopes (%s captures), %s pending", f.db, f.coll, n(s.Envelopes), n(s.Attempts), n(s.Pending))
+	fmt.Fprintf(stdout, "%s.%s: %s (%s), %s pending", f.db, f.coll, plural(s.Envelopes, "envelope"), plural(s.Attempts, "capture"), n(s.Pending))
 	if !s.OldestPending.IsZero() {
 		fmt.Fprintf(stdout, ", oldest pending first seen %s ago", s.OldestPendingAge.Round(time.Second))
 	}
@@ -485,7 +522,7 @@ func dlqList(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter,
 			l.LastSeen.UTC().Format(time.RFC3339), l.Namespace)
 	}
 	tw.Flush()
-	fmt.Fprintf(stdout, "%d envelopes listed", len(items))
+	fmt.Fprintf(stdout, "%s listed", plural(len(items), "envelope"))
 	if f.limit > 0 && len(items) == f.limit {
 		fmt.Fprintf(stdout, " (limit %d; -limit 0 lists all)", f.limit)
 	}
@@ -495,12 +532,65 @@ func dlqList(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter,
 
 // ---- show ----
 
-var hexRE = regexp.MustCompile(`^[0-9a-f]{6,64}$`)
+var hexRE = regexp.MustCompile(`^[0-9a-f]{1,64}$`)
 
-func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, stdout, stderr io.Writer) int {
+// showAmbiguous is how many of the envelopes an ambiguous prefix matches
+// dlq show names.
+const showAmbiguous = 5
+
+// shown is dlq show --json's object: list --json's fields under the same
+// names, then the rest of the envelope.
+type shown struct {
+	listed
+	ErrMsg      string     `json:"errmsg,omitempty"`
+	ReplayedAt  *time.Time `json:"replayed_at,omitempty"`
+	DiscardedAt *time.Time `json:"discarded_at,omitempty"`
+	TraceID     string     `json:"trace_id,omitempty"`
+	SpanID      string     `json:"span_id,omitempty"`
+	// Original and ErrInfo are relaxed Extended JSON.
+	Original json.RawMessage `json:"original,omitempty"`
+	ErrInfo  json.RawMessage `json:"err_info,omitempty"`
+}
+
+func toShown(raw bson.Raw) (shown, error) {
+	l, err := toListed(raw)
+	if err != nil {
+		return shown{}, err
+	}
+	var e envelope.Envelope
+	if err := bson.Unmarshal(raw, &e); err != nil {
+		return shown{}, err
+	}
+	out := shown{listed: l, ErrMsg: e.ErrMsg, TraceID: e.TraceID, SpanID: e.SpanID}
+	if !e.ReplayedAt.IsZero() {
+		out.ReplayedAt = &e.ReplayedAt
+	}
+	if !e.DiscardedAt.IsZero() {
+		out.DiscardedAt = &e.DiscardedAt
+	}
+	for _, x := range []struct {
+		key string
+		dst *json.RawMessage
+	}{{"original", &out.Original}, {"err_info", &out.ErrInfo}} {
+		if doc, ok := raw.Lookup(x.key).DocumentOK(); ok {
+			js, err := bson.MarshalExtJSON(doc, false, false)
+			if err != nil {
+				return shown{}, fmt.Errorf("%s: %w", x.key, err)
+			}
+			*x.dst = js
+		}
+	}
+	return out, nil
+}
+
+// findEnvelope finds the envelope id names: a fingerprint or any prefix of
+// one (hex digits, either case), else the dead-lettered document's _id (a
+// string or an ObjectID's hex), else the envelope's own _id (list's "id"). It returns the envelopes it matched, at
+// most showAmbiguous+1 of them.
+func findEnvelope(ctx context.Context, dlq *mongo.Collection, id string) ([]bson.Raw, error) {
 	var found []bson.Raw
 	find := func(q bson.D) error {
-		cur, err := dlq.Find(ctx, q, options.Find().SetLimit(2))
+		cur, err := dlq.Find(ctx, q, options.Find().SetLimit(showAmbiguous+1).SetSort(bson.D{{Key: "fingerprint", Value: 1}}))
 		if err != nil {
 			return err
 		}
@@ -510,40 +600,54 @@ func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, 
 		}
 		return cur.Err()
 	}
+	lower := strings.ToLower(id)
 	var err error
 	switch {
-	case len(id) == 64 && hexRE.MatchString(id):
-		err = find(bson.D{{Key: "fingerprint", Value: id}})
-	case hexRE.MatchString(id):
-		err = find(bson.D{{Key: "fingerprint", Value: bson.D{{Key: "$regex", Value: "^" + id}}}})
+	case len(lower) == 64 && hexRE.MatchString(lower):
+		err = find(bson.D{{Key: "fingerprint", Value: lower}})
+	case hexRE.MatchString(lower):
+		err = find(bson.D{{Key: "fingerprint", Value: bson.D{{Key: "$regex", Value: "^" + lower}}}})
 	}
 	if err == nil && len(found) == 0 {
 		err = find(bson.D{{Key: "document_id", Value: id}})
 	}
 	if err == nil && len(found) == 0 {
-		if oid, perr := bson.ObjectIDFromHex(id); perr == nil {
-			err = find(bson.D{{Key: "_id", Value: oid}})
+		if oid, perr := bson.ObjectIDFromHex(lower); perr == nil {
+			err = find(bson.D{{Key: "$or", Value: bson.A{bson.D{{Key: "document_id", Value: oid}}, bson.D{{Key: "_id", Value: oid}}}}})
 		}
 	}
+	return found, err
+}
+
+func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, stdout, stderr io.Writer) int {
+	found, err := findEnvelope(ctx, dlq, id)
 	if err != nil {
 		return failure(stderr, "dlq show", err)
 	}
-	switch len(found) {
-	case 0:
+	switch {
+	case len(found) == 0:
 		fmt.Fprintf(stderr, "writeguard dlq show: no envelope with fingerprint, fingerprint prefix or document _id %q\n", id)
 		return exitFail
-	case 2:
-		return usageError(stderr, "dlq show", "%q matches several envelopes: give more of the fingerprint", id)
+	case len(found) > 1:
+		var fps []string
+		for _, r := range found[:min(len(found), showAmbiguous)] {
+			fp := rawString(r.Lookup("fingerprint"))
+			fps = append(fps, fp[:min(len(fp), 12)])
+		}
+		count := strconv.Itoa(len(found))
+		if len(found) > showAmbiguous {
+			count, fps = "more than "+strconv.Itoa(showAmbiguous), append(fps, "...")
+		}
+		return usageError(stderr, "dlq show", "%q is ambiguous: it matches %s envelopes (fingerprints %s); give more digits",
+			id, count, strings.Join(fps, ", "))
 	}
 	raw := found[0]
 	if f.asJSON {
-		js, err := bson.MarshalExtJSON(raw, false, false)
+		sh, err := toShown(raw)
 		if err != nil {
-			return failure(stderr, "dlq show", err)
+			return failure(stderr, "dlq show", fmt.Errorf("decode envelope: %w", err))
 		}
-		var v any
-		_ = json.Unmarshal(js, &v)
-		if err := writeJSON(stdout, v); err != nil {
+		if err := writeJSON(stdout, sh); err != nil {
 			return failure(stderr, "dlq show", err)
 		}
 		return exitOK
@@ -615,9 +719,9 @@ func dlqDiscard(ctx context.Context, dlq *mongo.Collection, filter envelope.Filt
 		return exitOK
 	}
 	if f.dryRun {
-		fmt.Fprintf(stdout, "would discard %s envelopes (%s pending in %s.%s)\n", n(count), n(left.Pending), f.db, f.coll)
+		fmt.Fprintf(stdout, "would discard %s (%s pending in %s.%s)\n", plural(count, "envelope"), n(left.Pending), f.db, f.coll)
 	} else {
-		fmt.Fprintf(stdout, "discarded %s envelopes; %s pending left in %s.%s\n", n(count), n(left.Pending), f.db, f.coll)
+		fmt.Fprintf(stdout, "discarded %s; %s pending left in %s.%s\n", plural(count, "envelope"), n(left.Pending), f.db, f.coll)
 	}
 	return exitOK
 }

@@ -8,7 +8,8 @@
 //
 // Exit status: 0 success; 1 operational failure (server unreachable, a
 // write or read failed); 2 usage error (unknown command or flag, bad
-// value); 3 the data check failed (demo: the accounting check; dlq
+// value such as a malformed --uri, found before any connection); 3 the
+// data check failed (demo: the accounting check; dlq
 // replay: documents are still invalid, or conflicts remain).
 package main
 
@@ -20,7 +21,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Exit statuses scripts can rely on.
@@ -49,7 +53,8 @@ Every command takes --help.
 Exit status:
   0  success
   1  operational failure (server unreachable, a write or read failed)
-  2  usage error (unknown command or flag, bad value); the message names it
+  2  usage error (unknown command or flag, bad value such as a malformed
+     --uri); the message names it
   3  check failed: demo accounting (rows lost or duplicated), or dlq replay
      left documents still invalid or in conflict
 `
@@ -88,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // arguments ("show ID --json"). It returns the positional arguments and
 // an exit status when the caller must stop: 0 after --help (usage printed
 // on stdout), 2 after a bad flag (the flag package's message, which names
-// the flag, is on stderr).
+// the flag, is on stderr) or a malformed -uri (checkURI).
 func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) ([]string, int, bool) {
 	// The flag package prints the usage on its own after -help and after
 	// a bad flag; print it once, on stdout, for -help only.
@@ -110,15 +115,44 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) ([]st
 			return nil, exitUsage, true
 		}
 		rest := fs.Args()
-		if len(rest) == 0 {
+		if len(rest) == 0 || rest[0] == "--" {
+			if len(rest) > 0 {
+				pos = append(pos, rest[1:]...)
+			}
+			if f := fs.Lookup("uri"); f != nil && f.Value.String() != "" {
+				if err := checkURI(f.Value.String()); err != nil {
+					fmt.Fprintf(stderr, "%s: -uri: %v\nRun '%s --help' for usage.\n", fs.Name(), err, fs.Name())
+					return nil, exitUsage, true
+				}
+			}
 			return pos, 0, false
-		}
-		if rest[0] == "--" {
-			return append(pos, rest[1:]...), 0, false
 		}
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// checkURI reports a -uri value the driver cannot parse as a usage error
+// (exit 2), before any connection: a missing or unknown scheme, a bad
+// port, an unknown or malformed option. A mongodb+srv URI is only checked
+// for its scheme here: parsing it looks the SRV record up in DNS, which
+// is the connection's business (a failed lookup is an operational
+// failure, exit 1).
+func checkURI(uri string) error {
+	const std, srv = "mongodb://", "mongodb+srv://"
+	switch {
+	case strings.HasPrefix(uri, srv):
+		if len(uri) == len(srv) {
+			return fmt.Errorf("%q names no host; want %shost[/?options]", uri, srv)
+		}
+		return nil
+	case !strings.HasPrefix(uri, std):
+		return fmt.Errorf("%q is not a MongoDB connection string; want %shost[:port][,host...][/?options] or %shost", uri, std, srv)
+	}
+	if err := options.Client().ApplyURI(uri).Validate(); err != nil {
+		return fmt.Errorf("%q: %v", uri, err)
+	}
+	return nil
 }
 
 // usageError prints a usage error naming what was wrong and returns 2.

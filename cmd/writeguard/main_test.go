@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -410,6 +411,18 @@ func TestDLQListShowDiscard(t *testing.T) {
 	if show["fingerprint"] != fp || show["original"] == nil || show["err_info"] == nil {
 		t.Errorf("show %s: %v", fp[:10], show)
 	}
+	// One JSON shape: every key of a list item is in show's object, with
+	// the same value.
+	for k, v := range items[0] {
+		if fmt.Sprint(show[k]) != fmt.Sprint(v) {
+			t.Errorf("show --json %s = %v, list --json %v", k, show[k], v)
+		}
+	}
+	code, out, _ = runCmd(t, context.Background(), "dlq", "list", "--data-dir", dir, "--limit", "1")
+	if code != 0 || !strings.Contains(out, "\n1 envelope listed (limit 1;") {
+		t.Errorf("list --limit 1: %d\n%s", code, out)
+	}
+	checkShowPrefixes(t, dir, fp)
 	code, out, _ = runCmd(t, context.Background(), "dlq", "show", fp, "--data-dir", dir)
 	if code != 0 || !strings.Contains(out, "121 DocumentValidationFailure") || !strings.Contains(out, "original:") {
 		t.Errorf("show table: %d\n%s", code, out)
@@ -450,6 +463,54 @@ func TestDLQListShowDiscard(t *testing.T) {
 	}
 }
 
+// checkShowPrefixes checks that dlq show finds fp by its shortest unique
+// prefix, in upper case too, and that a prefix two envelopes share is
+// reported as ambiguous with the envelopes it matches.
+func checkShowPrefixes(t *testing.T, dir, fp string) {
+	t.Helper()
+	code, out, errOut := runCmd(t, context.Background(), "dlq", "list", "--data-dir", dir, "--limit", "0", "--json")
+	if code != 0 {
+		t.Fatalf("list: %d %s", code, errOut)
+	}
+	var all []map[string]any
+	if err := json.Unmarshal([]byte(out), &all); err != nil || len(all) < 17 {
+		t.Fatalf("list --limit 0: %v, %d envelopes (want > 16, so two share a first digit)", err, len(all))
+	}
+	shared := func(p string) int {
+		c := 0
+		for _, it := range all {
+			if strings.HasPrefix(it["fingerprint"].(string), p) {
+				c++
+			}
+		}
+		return c
+	}
+	unique := fp
+	for i := 1; i <= len(fp); i++ {
+		if shared(fp[:i]) == 1 {
+			unique = fp[:i]
+			break
+		}
+	}
+	for _, id := range []string{unique, strings.ToUpper(unique)} {
+		if show := dlqJSON(t, 0, "show", "--data-dir", dir, id); show["fingerprint"] != fp {
+			t.Errorf("show %s: fingerprint %v, want %s", id, show["fingerprint"], fp)
+		}
+	}
+	for d := 0; d < 16; d++ {
+		p := strconv.FormatInt(int64(d), 16)
+		if shared(p) < 2 {
+			continue
+		}
+		code, _, errOut := runCmd(t, context.Background(), "dlq", "show", "--data-dir", dir, p)
+		if code != exitUsage || !strings.Contains(errOut, "ambiguous") || !strings.Contains(errOut, "give more digits") {
+			t.Errorf("show %s (shared by %d): exit %d, %q; want 2 and 'ambiguous'", p, shared(p), code, errOut)
+		}
+		return
+	}
+	t.Error("no one-digit prefix is shared by two envelopes")
+}
+
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{"help"}, {"--help"}, {"demo", "--help"}, {"dlq", "--help"}, {"help", "demo"},
@@ -484,6 +545,12 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dlq", "stats", "--data-dir", dir, "--code", "abc"}, "-code"},
 		{[]string{"dlq", "stats", "--data-dir", dir, "--status", "lost"}, "status"},
 		{[]string{"dlq", "stats", "--data-dir", dir, "--older-than", "soon"}, "-older-than"},
+		{[]string{"dlq", "stats", "--data-dir", dir, "--older-than", "3days"}, "days (3d) or a Go duration (90m, 36h"},
+		{[]string{"dlq", "stats", "--data-dir", dir, "--newer-than", "-1h"}, "-newer-than"},
+		{[]string{"demo", "--uri", "localhost:27017"}, "-uri: \"localhost:27017\" is not a MongoDB connection string"},
+		{[]string{"dlq", "stats", "--uri", "mongodb://localhost:port"}, "-uri"},
+		{[]string{"dlq", "list", "--uri", "mongodb://localhost/?w=1&bogusOption=1&connectTimeoutMS=x"}, "-uri"},
+		{[]string{"dlq", "stats", "--uri", "mongodb+srv://"}, "-uri"},
 		{[]string{"dlq", "list", "--data-dir", dir, "--limit", "-2"}, "-limit"},
 		{[]string{"dlq", "show", "--data-dir", dir}, "ID"},
 		{[]string{"dlq", "replay", "--data-dir", dir, "--batch", "0"}, "-batch"},
@@ -497,6 +564,44 @@ func TestUsageErrors(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and a message naming %q", c.args, code, errOut, c.want)
 		}
+	}
+}
+
+// TestExitCodes runs one case per status of the documented table (main.go,
+// the usage text, cmd/writeguard/README.md): 0 success, 1 operational
+// failure, 2 usage error, 3 check failed.
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	unreachable := "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=300"
+	for _, c := range []struct {
+		name string
+		want int
+		args []string
+	}{
+		{"0 success: help", exitOK, []string{"help"}},
+		{"1 operational: server unreachable", exitFail, []string{"dlq", "stats", "--uri", unreachable}},
+		{"1 operational: no DLQ (a well-formed age in days parses)", exitFail, []string{"dlq", "stats", "--data-dir", dir, "--older-than", "3d"}},
+		{"2 usage: malformed URI (demo)", exitUsage, []string{"demo", "--uri", "mongodb://localhost:notaport"}},
+		{"2 usage: malformed URI (dlq)", exitUsage, []string{"dlq", "list", "--uri", "127.0.0.1:27017"}},
+		{"2 usage: unknown flag", exitUsage, []string{"dlq", "stats", "--bogus"}},
+	} {
+		code, _, errOut := runCmd(t, context.Background(), c.args...)
+		if code != c.want {
+			t.Errorf("%s: %v exit %d, want %d (stderr %q)", c.name, c.args, code, c.want, errOut)
+		}
+	}
+
+	// 3: replay under a validator that still rejects some documents.
+	data := t.TempDir()
+	e := expect(t, 1000)
+	if e.invalidDistinct == e.patternOnlyDistinct {
+		t.Fatal("the first 1,000 rows have no document the widened validator rejects")
+	}
+	demoJSON(t, "--limit", "1000", "--data-dir", data, "--no-faults")
+	widened := filepath.Join("testdata", "widened_validator.json")
+	code, _, errOut := runCmd(t, context.Background(), "dlq", "replay", "--data-dir", data, "--validator", widened)
+	if code != exitCheck {
+		t.Errorf("3 check failed: replay leaving invalid documents exit %d, want 3 (stderr %q)", code, errOut)
 	}
 }
 
@@ -532,4 +637,50 @@ func TestRealMongoDB(t *testing.T) {
 	}
 	// The real validator still rejects them: replay leaves them pending.
 	dlqJSON(t, exitCheck, "replay", "--uri", uri, "--db", db, "--keyword", "pattern")
+}
+
+func TestAgeFlag(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"3d", 72 * time.Hour, true},
+		{"0d", 0, true},
+		{"90m", 90 * time.Minute, true},
+		{"1h30m", 90 * time.Minute, true},
+		{"3days", 0, false},
+		{"d", 0, false},
+		{"-1h", 0, false},
+		{"1.5d", 0, false},
+	} {
+		var d time.Duration
+		err := ageFlag{&d}.Set(c.in)
+		if (err == nil) != c.ok || (c.ok && d != c.want) {
+			t.Errorf("Set(%q) = %v, %v; want %v, ok %v", c.in, d, err, c.want, c.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "days (3d) or a Go duration") {
+			t.Errorf("Set(%q) error %q does not name the format", c.in, err)
+		}
+	}
+}
+
+func TestCheckURI(t *testing.T) {
+	for _, c := range []struct {
+		uri string
+		ok  bool
+	}{
+		{"mongodb://localhost:27017", true},
+		{"mongodb://a:1,b:2/?replicaSet=rs0&retryWrites=false", true},
+		{"mongodb+srv://cluster.example.net", true}, // not resolved here
+		{"localhost:27017", false},
+		{"mongodb://localhost:notaport", false},
+		{"mongodb://localhost/?connectTimeoutMS=x", false},
+		{"mongodb+srv://", false},
+		{"postgres://localhost", false},
+	} {
+		if err := checkURI(c.uri); (err == nil) != c.ok {
+			t.Errorf("checkURI(%q) = %v, want ok %v", c.uri, err, c.ok)
+		}
+	}
 }

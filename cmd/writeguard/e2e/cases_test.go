@@ -1597,7 +1597,7 @@ func TestC30TracingAttemptsNotContents(t *testing.T) {
 		}
 		attrs := cbAttrs(op.Attributes())
 		for k, v := range map[string]string{
-			"db.system.name": "mongodb", "db.collection.name": "c30", "db.operation.name": "insertMany",
+			"db.system.name": "mongodb", "db.collection.name": "c30", "db.operation.name": "insert", "writeguard.method": "insertMany",
 			"db.operation.batch.size": "1000", "writeguard.attempts": "2",
 			"writeguard.dispositions.already_written": "998", "writeguard.dispositions.dead_lettered": "2",
 		} {
@@ -1631,8 +1631,8 @@ func TestC30TracingAttemptsNotContents(t *testing.T) {
 				t.Errorf("attempt span %d: writeguard.attempt = %q", i+1, got)
 			}
 		}
-		if _, has := cbAttrs(attempts[1].Attributes())["writeguard.backoff_ms"]; !has {
-			t.Error("the second attempt span has no writeguard.backoff_ms")
+		if _, has := cbAttrs(attempts[1].Attributes())["writeguard.backoff"]; !has {
+			t.Error("the second attempt span has no writeguard.backoff")
 		}
 		dl := byName["insertMany c30 dead_letter"]
 		if len(dl) != 1 || dl[0].Parent().SpanID() != op.SpanContext().SpanID() {

@@ -15,6 +15,18 @@
 //	client, err := mongo.Connect(options.Client().ApplyURI(s.URI()))
 //	// ... disconnect the client before s.Close for a fast Close.
 //
+// # Cost
+//
+// Importing this package pulls FerretDB and every backend it links
+// (PostgreSQL through pgx, MySQL, SAP HANA, SQLite, gRPC, mongo-driver v1):
+// the command's module graph holds 125 modules (GOWORK=off go list -m all
+// in cmd/writeguard), 59 of them compiled into the writeguard binary,
+// which is 48 MB (34 MB with -ldflags="-s -w"; Go 1.26, linux/amd64). That
+// is why it lives in the command's module: the library module
+// (github.com/writeguard/writeguard) never imports it: a program that
+// imports the writeguard package compiles 9 modules (writeguard, the
+// driver and the driver's dependencies), 17 with otelhook (OpenTelemetry).
+//
 // # What it is not
 //
 // FerretDB v1 speaks the wire protocol and reports itself as a standalone

@@ -1,0 +1,117 @@
+package otelhook
+
+import (
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+)
+
+// This file holds every name otelhook emits: instruments, attribute keys,
+// span event names. Nothing else in the package spells one. The
+// writeguard.* names are writeguard's own; the others are the stable
+// database semantic conventions' (schema 1.43.0), used with their
+// semantic-conventions meaning. TestNoForeignNameCollision checks that no
+// writeguard name is also a semantic-conventions or otelmongo name.
+//
+// CHANGELOG.md maps the names of earlier versions to these.
+
+// Instrument names. Units are in the instruments' unit field, never in
+// their names (OpenTelemetry metric naming guidelines).
+const (
+	// MetricCallDuration is the guarded call's duration, in seconds, from
+	// the call to its return, retries and backoff waits included
+	// (histogram, unit "s"). It is deliberately not
+	// db.client.operation.duration, which the driver instrumentation
+	// records per server command.
+	MetricCallDuration = "writeguard.call.duration"
+	// MetricCallAttempts is the number of driver calls per guarded call
+	// (histogram, unit "{attempt}").
+	MetricCallAttempts = "writeguard.call.attempts"
+	// MetricCallInputs counts input documents or write models by terminal
+	// disposition (counter, unit "{input}").
+	MetricCallInputs = "writeguard.call.inputs"
+	// MetricUnclassified counts failures no classifier rule matched
+	// (counter, unit "{failure}").
+	MetricUnclassified = "writeguard.unclassified"
+	// MetricBudgetExhausted counts retries the retry budget refused
+	// (counter, unit "{refusal}").
+	MetricBudgetExhausted = "writeguard.budget.exhausted"
+)
+
+// writeguard attribute keys.
+const (
+	// keyMethod is the driver method called: insertOne, insertMany,
+	// bulkWrite (db.operation.name holds the server command).
+	keyMethod      = attribute.Key("writeguard.method")
+	keyDisposition = attribute.Key("writeguard.disposition")
+	// prefixDispositions prefixes the per-disposition counts of a batch's
+	// operation span: writeguard.dispositions.<disposition>.
+	prefixDispositions = "writeguard.dispositions."
+	keyAttempts        = attribute.Key("writeguard.attempts")
+	keyRetries         = attribute.Key("writeguard.retries")
+	keyDeadLettered    = attribute.Key("writeguard.dead_lettered")
+	keyConflicts       = attribute.Key("writeguard.conflicts")
+	keyInTransaction   = attribute.Key("writeguard.in_transaction")
+	keyAttempt         = attribute.Key("writeguard.attempt")
+	keyDocuments       = attribute.Key("writeguard.documents")
+	// keyBackoff is a backoff wait in seconds (a double).
+	keyBackoff   = attribute.Key("writeguard.backoff")
+	keyClass     = attribute.Key("writeguard.class")
+	keyFailures  = attribute.Key("writeguard.failures")
+	keyEnvelopes = attribute.Key("writeguard.envelopes")
+	keyFallback  = attribute.Key("writeguard.fallback")
+)
+
+// Semantic-conventions attribute keys otelhook sets, with their
+// semantic-conventions meaning.
+const (
+	keyDBSystemName     = semconv.DBSystemNameKey         // "mongodb"
+	keyDBNamespace      = semconv.DBNamespaceKey          // the database name
+	keyDBCollectionName = semconv.DBCollectionNameKey     // the collection name
+	keyDBOperationName  = semconv.DBOperationNameKey      // the server command: insert, update, delete
+	keyDBBatchSize      = semconv.DBOperationBatchSizeKey // inputs of a call with 2 or more
+	keyDBStatusCode     = semconv.DBResponseStatusCodeKey // the server error code, as a string
+	keyErrorType        = semconv.ErrorTypeKey            // the failure's code, class, or _OTHER
+	keyServerAddress    = semconv.ServerAddressKey        // WithServerAddress's host
+	keyServerPort       = semconv.ServerPortKey           // WithServerAddress's port
+)
+
+// Span event names.
+const (
+	eventRetry           = "writeguard.retry"
+	eventBudgetExhausted = "writeguard.budget_exhausted"
+)
+
+// Span name suffixes of the child spans: "<operation span name> attempt",
+// "<operation span name> dead_letter".
+const (
+	suffixAttempt    = " attempt"
+	suffixDeadLetter = " dead_letter"
+)
+
+// Instruments lists the name of every instrument otelhook creates.
+func Instruments() []string {
+	return []string{MetricCallDuration, MetricCallAttempts, MetricCallInputs, MetricUnclassified, MetricBudgetExhausted}
+}
+
+// AttributeKeys lists every attribute key otelhook sets on a span, a span
+// event or a metric point. The per-disposition span attributes are listed
+// by their prefix, "writeguard.dispositions." (with the trailing dot).
+func AttributeKeys() []string {
+	keys := []attribute.Key{
+		keyMethod, keyDisposition, keyAttempts, keyRetries, keyDeadLettered, keyConflicts,
+		keyInTransaction, keyAttempt, keyDocuments, keyBackoff, keyClass, keyFailures,
+		keyEnvelopes, keyFallback,
+		keyDBSystemName, keyDBNamespace, keyDBCollectionName, keyDBOperationName, keyDBBatchSize,
+		keyDBStatusCode, keyErrorType, keyServerAddress, keyServerPort,
+	}
+	out := make([]string, 0, len(keys)+1)
+	for _, k := range keys {
+		out = append(out, string(k))
+	}
+	return append(out, prefixDispositions)
+}
+
+// SpanEvents lists the name of every span event otelhook adds.
+func SpanEvents() []string {
+	return []string{eventRetry, eventBudgetExhausted}
+}

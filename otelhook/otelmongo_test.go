@@ -1,0 +1,143 @@
+package otelhook_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/mocks/faultproxy"
+	"github.com/writeguard/writeguard/policy"
+)
+
+// commandSpans is a command monitor shaped like otelmongo's (the
+// OpenTelemetry instrumentation of the driver, whose v2 module is not
+// served here): each command's span is started from the context the
+// driver hands to Started — the context of the operation that sent it —
+// named "<collection>.<command>", kind client, with db.system.name,
+// db.operation.name (the command) and db.collection.name; it ends when the
+// command succeeds or fails.
+type commandSpans struct {
+	tracer trace.Tracer
+	mu     sync.Mutex
+	open   map[int64]trace.Span
+}
+
+func (c *commandSpans) monitor() *event.CommandMonitor {
+	c.open = map[int64]trace.Span{}
+	return &event.CommandMonitor{
+		Started: func(ctx context.Context, ev *event.CommandStartedEvent) {
+			coll := ""
+			if v, err := ev.Command.IndexErr(0); err == nil && v.Key() == ev.CommandName {
+				coll, _ = v.Value().StringValueOK()
+			}
+			_, span := c.tracer.Start(ctx, coll+"."+ev.CommandName, trace.WithSpanKind(trace.SpanKindClient),
+				trace.WithAttributes(attribute.String("db.system.name", "mongodb"),
+					attribute.String("db.operation.name", ev.CommandName),
+					attribute.String("db.collection.name", coll)))
+			c.mu.Lock()
+			c.open[ev.RequestID] = span
+			c.mu.Unlock()
+		},
+		Succeeded: func(_ context.Context, ev *event.CommandSucceededEvent) { c.end(ev.RequestID, nil) },
+		Failed:    func(_ context.Context, ev *event.CommandFailedEvent) { c.end(ev.RequestID, ev.Failure) },
+	}
+}
+
+func (c *commandSpans) end(id int64, err error) {
+	c.mu.Lock()
+	span := c.open[id]
+	delete(c.open, id)
+	c.mu.Unlock()
+	if span == nil {
+		return
+	}
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// TestDriverCommandSpansNestUnderAttempts runs a guarded InsertMany through
+// the real driver against the fault proxy's null backend (a stepdown on
+// the first insert, then success), with an otelmongo-shaped command
+// monitor, and checks that each insert command's span is a child of the
+// writeguard attempt span that sent it.
+func TestDriverCommandSpansNestUnderAttempts(t *testing.T) {
+	hx := newHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	script := faultproxy.MustScript(faultproxy.On("insert").In("shop.orders").Nth(1).Do(faultproxy.ErrorReply(faultproxy.CommandError{
+		Code: 189, CodeName: "PrimarySteppedDown", Labels: []string{"RetryableWriteError"},
+	})))
+	p, err := faultproxy.New(faultproxy.WithScript(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	mon := &commandSpans{tracer: hx.tp.Tracer("otelmongo-shaped")}
+	client, err := mongo.Connect(options.Client().ApplyURI(p.URI()).SetRetryWrites(false).SetMonitor(mon.monitor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+
+	g, err := writeguard.New(client.Database("shop").Collection("orders"),
+		writeguard.WithHooks(hx.hooks),
+		writeguard.WithBackoff(policy.Backoff{Base: time.Millisecond, Cap: time.Millisecond, Jitter: func() float64 { return 0.5 }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := []bson.D{{{Key: "_id", Value: 1}}, {{Key: "_id", Value: 2}}}
+	if _, err := g.InsertMany(ctx, docs); err != nil {
+		t.Fatalf("InsertMany: %v", err)
+	}
+
+	op := hx.one(t, "insertMany orders")
+	attempts := hx.ended("insertMany orders attempt")
+	commands := hx.ended("orders.insert")
+	if len(attempts) != 2 || len(commands) != 2 {
+		t.Fatalf("%d attempt spans and %d insert command spans, want 2 and 2; spans: %v", len(attempts), len(commands), hx.names())
+	}
+	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+	for _, a := range attempts {
+		childOf(t, a, op)
+		byID[a.SpanContext().SpanID()] = a
+	}
+	seen := map[trace.SpanID]bool{}
+	for _, c := range commands {
+		a, ok := byID[c.Parent().SpanID()]
+		if !ok || c.SpanContext().TraceID() != op.SpanContext().TraceID() {
+			t.Errorf("command span %q (parent %s) is not under a writeguard attempt span", c.Name(), c.Parent().SpanID())
+			continue
+		}
+		seen[a.SpanContext().SpanID()] = true
+		// The attempt and its command agree on the outcome: the stepdown
+		// fails both.
+		if (a.Status().Code == codes.Error) != (c.Status().Code == codes.Error) {
+			t.Errorf("attempt status %v, its command's %v", a.Status().Code, c.Status().Code)
+		}
+		// writeguard's db.operation.name means what the driver span's does.
+		if got, want := attrMap(op.Attributes())["db.operation.name"], attrMap(c.Attributes())["db.operation.name"]; got != want {
+			t.Errorf("operation span db.operation.name %q, command span %q", got, want)
+		}
+	}
+	if len(seen) != 2 {
+		t.Errorf("the two insert commands nest under %d distinct attempts, want 2", len(seen))
+	}
+}
