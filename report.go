@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -273,26 +273,26 @@ func clientErrorKind(err error) string {
 	return "error"
 }
 
-// ErrorType returns a short, bounded name for what made the call fail, for
-// an OpenTelemetry error.type attribute: the code of the first input that
-// ended unhandled ("11000"), else its failure's shape or class
-// ("network_in_flight", "transient"), else its disposition ("exhausted").
-// It returns "" when every input was handled.
+// ErrorType returns a bounded, low-cardinality description of why the call
+// failed, for OpenTelemetry's error.type (semantic conventions, "Recording
+// errors"): the server error code of the first input that did not end in a
+// handled disposition ("11000"), else that failure's class ("transient",
+// hooks.ErrorType), else that input's disposition when it has no failure
+// ("not_attempted"). It returns "" for a nil Report and for one whose
+// inputs are all handled. It never returns error text or a Go type name.
 func (r *Report) ErrorType() string {
+	if r == nil {
+		return ""
+	}
 	for i := range r.Outcomes {
 		o := &r.Outcomes[i]
 		if o.Disposition.Handled() {
 			continue
 		}
-		switch {
-		case o.Failure == nil:
-			return string(o.Disposition)
-		case o.Failure.Code != 0:
-			return strconv.Itoa(int(o.Failure.Code))
-		case o.Failure.Origin == policy.OriginClient:
-			return "client"
+		if o.Failure != nil {
+			return hooks.ErrorType(o.Failure.Code, o.Class)
 		}
-		return o.Failure.Shape.String()
+		return string(o.Disposition)
 	}
 	return ""
 }

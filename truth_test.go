@@ -398,7 +398,7 @@ func TestWriteConcernErrorIsNotClearedByReadBack(t *testing.T) {
 	}
 }
 
-// Report.ErrorType is bounded: a code, a shape, a class or a disposition.
+// Report.ErrorType is bounded: a code, a class or a disposition.
 func TestReportErrorType(t *testing.T) {
 	fake := mocks.NewFake("db.et").Script(mocks.Reply(`{"ok":0,"code":8000,"codeName":"AtlasError","errmsg":"no"}`))
 	fx := newFixture(t, fake)
@@ -410,7 +410,7 @@ func TestReportErrorType(t *testing.T) {
 	fake = mocks.NewFake("db.et2").Script(mocks.PoolCleared())
 	fx = newFixture(t, fake, writeguard.WithBackoff(policy.Backoff{MaxElapsed: time.Nanosecond, Jitter: func() float64 { return 0.5 }}))
 	_, err = fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}})
-	if !errors.As(err, &r) || r.ErrorType() != "checkout" {
-		t.Fatalf("ErrorType() of %v = %q, want checkout", err, r.ErrorType())
+	if !errors.As(err, &r) || r.ErrorType() != "transient" {
+		t.Fatalf("ErrorType() of %v = %q, want transient", err, r.ErrorType())
 	}
 }

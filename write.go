@@ -167,6 +167,7 @@ func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts
 		return nil, err
 	}
 	c := g.newCall("bulkWrite", ordered)
+	c.op.Command = hooks.BulkCommand(models)
 	c.idempotent = idempotent(ctx)
 	c.newItems(len(models))
 	for i, m := range models {

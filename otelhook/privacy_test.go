@@ -68,10 +68,13 @@ func TestNoDocumentValues(t *testing.T) {
 	if got := r.Counts(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("dispositions %v, want %v", got, want)
 	}
-	// The test has teeth: the values reach writeguard's own error and the
-	// dead-letter envelopes.
-	if !strings.Contains(err.Error(), marker) {
-		t.Fatalf("the report's text does not quote the marker; the test would prove nothing: %v", err)
+	// The test has teeth: the values reach the driver's error and the
+	// dead-letter envelopes (and never the Report's own text).
+	if !strings.Contains(r.Err.Error(), marker) {
+		t.Fatalf("the driver's error does not quote the marker; the test would prove nothing: %v", r.Err)
+	}
+	if strings.Contains(err.Error(), marker) {
+		t.Errorf("Report.Error() quotes a document value: %v", err)
 	}
 	envs := hx.sink.all()
 	if len(envs) != 2 || !strings.Contains(envs[0].ErrInfo.String(), marker) {

@@ -121,7 +121,10 @@ func wceFailure(wce *mongo.WriteConcernError, labels []string, err error) Failur
 }
 
 func commandFailure(err error) Failure {
-	f := Failure{Index: WholeCommand, Origin: OriginClient, Shape: ShapeClient, Message: err.Error(), Err: err}
+	f := Failure{Index: WholeCommand, Origin: OriginClient, Shape: ShapeUnrecognized, Message: err.Error(), Err: err}
+	if clientError(err) {
+		f.Shape = ShapeClient
+	}
 	var ce mongo.CommandError
 	if errors.As(err, &ce) {
 		f.Code, f.CodeName, f.Labels, f.Raw = ce.Code, ce.Name, ce.Labels, ce.Raw
@@ -188,6 +191,15 @@ func clientSide(err error, f Failure) (Origin, Shape) {
 		return OriginServer, ShapeConfiguration
 	}
 	return f.Origin, f.Shape
+}
+
+// clientError reports the driver's client-side errors, raised before a
+// command is built: nothing was sent.
+func clientError(err error) bool {
+	var me mongo.MarshalError
+	var ia mongo.InvalidArgumentError
+	var om mongo.ErrMapForOrderedArgument
+	return errors.As(err, &me) || errors.As(err, &ia) || errors.As(err, &om) || errors.Is(err, mongo.ErrClientDisconnected)
 }
 
 // serverShape is the shape of a whole-command ok: 0 reply with code.

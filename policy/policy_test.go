@@ -100,6 +100,8 @@ func TestExtractClientErrors(t *testing.T) {
 		{"deadline", deadline.Err(), policy.OriginTimeout, policy.Transient, false},
 		{"canceled in flight", mongo.CommandError{Labels: []string{"NetworkError"}, Wrapped: context.Canceled}, policy.OriginContext, policy.Transient, true},
 		{"pool cleared", mocks.PoolClearedError{Address: "h:1"}, policy.OriginNetwork, policy.Transient, false},
+		// An error of no shape the driver produces proves nothing.
+		{"unrecognized", errors.New("a custom target's error"), policy.OriginClient, policy.Unknown, true},
 		{"marshal", mongo.MarshalError{Value: 1, Err: errors.New("bad")}, policy.OriginClient, policy.Unknown, false},
 		{"nil document", mongo.ErrNilDocument, policy.OriginClient, policy.Unknown, false},
 	}

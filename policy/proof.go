@@ -102,6 +102,9 @@ const (
 	// a nil document, a document over the maximum size, an invalid
 	// argument.
 	ShapeClient
+	// ShapeUnrecognized is an error of no shape the driver produces (a
+	// custom Target's own error, say): nothing says whether it was sent.
+	ShapeUnrecognized
 	shapeCount
 )
 
@@ -161,7 +164,9 @@ var ReplyShapes = [shapeCount]ReplyShape{
 	ShapeUnacknowledged: {ShapeUnacknowledged, "unacknowledged", MaybeApplied, MaybeApplied,
 		"write-concern spec: with w: 0 the server sends no reply about the write"},
 	ShapeClient: {ShapeClient, "client", NotSent, NotSent,
-		"driver: marshal, size and argument errors are raised before the command is built"},
+		"driver: marshal, size and argument errors are raised before the command is built (mongo.MarshalError, mongo.InvalidArgumentError, mongo.ErrClientDisconnected)"},
+	ShapeUnrecognized: {ShapeUnrecognized, "unrecognized", MaybeApplied, MaybeApplied,
+		"writeguard: an error that is none of the driver's shapes proves nothing about the server's state"},
 }
 
 // String returns the shape's name (ReplyShapes[s].Name).
