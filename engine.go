@@ -24,6 +24,7 @@ type item struct {
 	index      int
 	kind       policy.Kind
 	doc        bson.Raw      // insert: the prepared document; replace: the replacement
+	boxed      any           // insert: doc as the driver takes it, boxed once per call
 	id         bson.RawValue // insert: the _id
 	model      mongo.WriteModel
 	send       mongo.WriteModel // bulk: the model to send
@@ -86,8 +87,10 @@ func (c *call) run(ctx context.Context) (any, error) {
 	g := c.g
 	c.op.BatchSize = len(c.items)
 	c.start = g.cfg.clock.Now()
-	c.ctx = g.hooks.OperationStarted(ctx, c.op)
-	ctx = c.ctx
+	if g.observed {
+		ctx = g.hooks.OperationStarted(ctx, c.op)
+	}
+	c.ctx = ctx
 
 	var first any
 	c.routePrefailed(ctx)
@@ -114,7 +117,7 @@ func (c *call) run(ctx context.Context) (any, error) {
 }
 
 // attempt sends batch once and routes every document by what the reply
-// proved.
+// proved. Hook events are built only when hooks are installed.
 func (c *call) attempt(ctx context.Context, batch []*item, delay time.Duration) (any, error) {
 	g := c.g
 	c.attempts++
@@ -122,20 +125,23 @@ func (c *call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 		it.tries++
 		it.attempts++
 	}
-	actx := g.hooks.AttemptStarted(ctx, &hooks.AttemptStart{Op: c.op, Attempt: c.attempts, Documents: len(batch), Delay: delay})
-	t0 := g.cfg.clock.Now()
+	actx := ctx
+	var t0 time.Time
+	if g.observed {
+		actx = g.hooks.AttemptStarted(ctx, &hooks.AttemptStart{Op: c.op, Attempt: c.attempts, Documents: len(batch), Delay: delay})
+		t0 = g.cfg.clock.Now()
+	}
 	res, err := c.send(actx, batch)
-	end := &hooks.AttemptEnd{Op: c.op, Attempt: c.attempts, Documents: len(batch), Duration: g.cfg.clock.Now().Sub(t0), Err: err}
+	if g.observed {
+		c.attemptFinished(actx, len(batch), t0, err)
+	}
 	switch {
 	case err == nil:
-		g.hooks.AttemptFinished(actx, end)
 		g.cfg.budget.Success()
 		for _, it := range batch {
 			c.settle(it, Written)
 		}
 	case errors.Is(err, errUnacked):
-		end.Err = nil
-		g.hooks.AttemptFinished(actx, end)
 		for _, it := range batch {
 			c.settle(it, Unacknowledged)
 		}
@@ -144,14 +150,21 @@ func (c *call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 		}
 	default:
 		c.lastErr = err
-		fails := policy.Extract(err)
-		if len(fails) > 0 {
-			end.Code, end.Class, end.Failures = fails[0].Code, g.classifier.Classify(fails[0]), len(fails)
-		}
-		g.hooks.AttemptFinished(actx, end)
-		c.route(ctx, batch, fails)
+		c.route(ctx, batch, policy.Extract(err))
 	}
 	return res, err
+}
+
+// attemptFinished reports the end of an attempt to the hooks.
+func (c *call) attemptFinished(actx context.Context, docs int, t0 time.Time, err error) {
+	g := c.g
+	end := &hooks.AttemptEnd{Op: c.op, Attempt: c.attempts, Documents: docs, Duration: g.cfg.clock.Now().Sub(t0), Err: err}
+	if errors.Is(err, errUnacked) {
+		end.Err = nil
+	} else if fails := policy.Extract(err); len(fails) > 0 {
+		end.Code, end.Class, end.Failures = fails[0].Code, g.classifier.Classify(fails[0]), len(fails)
+	}
+	g.hooks.AttemptFinished(actx, end)
 }
 
 // pending returns the items still to send, in input order.

@@ -29,16 +29,46 @@ func (c *call) newItems(n int) {
 	}
 }
 
-// prepareDoc marshals one document once and makes sure it has an _id.
-func (c *call) prepareDoc(it *item, doc any) {
-	it.kind = policy.KindInsert
-	raw, id, assigned, err := prepare(doc)
-	if err != nil {
-		c.prefail(it, err)
-		return
+// prepareDocs prepares the documents of an insert: each one is
+// marshalled once and given an _id when it has none; the copies that carry
+// a new _id are made in one slab for the whole call (one allocation, not
+// one per document). docs(i) returns the i-th input document.
+func (c *call) prepareDocs(its []*item, docs func(i int) any) {
+	need := 0
+	for i, it := range its {
+		it.kind = policy.KindInsert
+		raw, err := marshalDoc(docs(i))
+		if err != nil {
+			c.prefail(it, err)
+			continue
+		}
+		it.doc = raw
+		if v, err := raw.LookupErr("_id"); err == nil {
+			it.id = v
+			continue
+		}
+		it.idAssigned = true
+		need += len(raw) + idElementSize
 	}
-	it.doc, it.id, it.idAssigned = raw, id, assigned
-	c.checkSize(it)
+	slab := make([]byte, 0, need)
+	for _, it := range its {
+		if it.prefail {
+			continue
+		}
+		if it.idAssigned {
+			start := len(slab)
+			slab = appendWithID(slab, it.doc, bson.NewObjectID())
+			it.doc = bson.Raw(slab[start:len(slab):len(slab)])
+			it.id = bson.RawValue{Type: bson.TypeObjectID, Value: it.doc[9 : 9+12]}
+		}
+		it.boxed = it.doc
+		c.checkSize(it)
+	}
+}
+
+// prepareDoc prepares one document (InsertOne, an InsertOneModel).
+func (c *call) prepareDoc(it *item, doc any) {
+	c.prepareDocs([]*item{it}, func(int) any { return doc })
 }
 
 func (c *call) checkSize(it *item) {
@@ -53,45 +83,49 @@ func (c *call) prefail(it *item, err error) {
 	it.fail = &policy.Failure{Index: it.index, Origin: policy.OriginClient, Shape: policy.ShapeClient, Message: err.Error(), Err: err}
 }
 
-// prepare marshals doc to BSON and prepends a new ObjectID _id when it has
-// none, as the driver does (ensureID), but once, before the first attempt.
-func prepare(doc any) (raw bson.Raw, id bson.RawValue, assigned bool, err error) {
-	if doc == nil {
-		return nil, bson.RawValue{}, false, mongo.ErrNilDocument
-	}
-	own := false // the caller's own bytes, not bson.Marshal's output
+// marshalDoc marshals doc to BSON, once. The caller's own bytes (bson.Raw,
+// []byte) are used as they are, after a check that they are a valid BSON
+// document (rather than the server's rejection of the whole command).
+func marshalDoc(doc any) (bson.Raw, error) {
 	switch d := doc.(type) {
+	case nil:
+		return nil, mongo.ErrNilDocument
 	case bson.Raw:
-		raw, own = d, true
+		return d, validate(d)
 	case []byte:
-		raw, own = d, true
-	default:
-		b, err := bson.Marshal(doc)
-		if err != nil {
-			return nil, bson.RawValue{}, false, mongo.MarshalError{Value: doc, Err: err}
-		}
-		raw = b
+		return d, validate(d)
 	}
-	if own {
-		// Check the caller's bytes once, here, rather than on the server.
-		if err := raw.Validate(); err != nil {
-			return nil, bson.RawValue{}, false, fmt.Errorf("%w: %w", errInvalidBSON, err)
-		}
+	b, err := bson.Marshal(doc)
+	if err != nil {
+		return nil, mongo.MarshalError{Value: doc, Err: err}
 	}
-	if v, err := raw.LookupErr("_id"); err == nil {
-		return raw, v, false, nil
+	return b, nil
+}
+
+func validate(raw bson.Raw) error {
+	if err := raw.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", errInvalidBSON, err)
 	}
-	oid := bson.NewObjectID()
-	out := make([]byte, 0, len(raw)+17)
-	out = append(out, 0, 0, 0, 0, byte(bson.TypeObjectID))
-	out = append(out, "_id"...)
-	out = append(out, 0)
-	out = append(out, oid[:]...)
-	out = append(out, raw[4:]...)
-	n := int32(len(out))
-	out[0], out[1], out[2], out[3] = byte(n), byte(n>>8), byte(n>>16), byte(n>>24)
-	id = bson.RawValue{Type: bson.TypeObjectID, Value: out[9 : 9+12]}
-	return bson.Raw(out), id, true, nil
+	return nil
+}
+
+// idElementSize is the size of an ObjectID _id element: type byte, "_id",
+// NUL, 12 bytes.
+const idElementSize = 1 + 3 + 1 + 12
+
+// appendWithID appends to dst the document raw with a new first element
+// _id: oid, as the driver's ensureID does, but once, before the first
+// attempt.
+func appendWithID(dst []byte, raw bson.Raw, oid bson.ObjectID) []byte {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, byte(bson.TypeObjectID))
+	dst = append(dst, "_id"...)
+	dst = append(dst, 0)
+	dst = append(dst, oid[:]...)
+	dst = append(dst, raw[4:]...)
+	n := int32(len(dst) - start)
+	dst[start], dst[start+1], dst[start+2], dst[start+3] = byte(n), byte(n>>8), byte(n>>16), byte(n>>24)
+	return dst
 }
 
 // prepareModel copies an insert model with a prepared document and keeps

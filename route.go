@@ -208,33 +208,46 @@ func stillPending(its []*item) []*item {
 	return out
 }
 
-// finish reports the end of the call and builds its error.
+// finish builds the call's error (nil when every input ended written or
+// already_written, or unacknowledged when allowed) and reports the end of
+// the call to the hooks.
 func (c *call) finish(ctx context.Context) error {
 	g := c.g
-	counts := map[Disposition]int{}
 	ok := true
 	for _, it := range c.items {
-		counts[it.disp]++
 		if it.disp != Written && it.disp != AlreadyWritten && !(it.disp == Unacknowledged && g.cfg.allowUnacked) {
 			ok = false
+			break
 		}
 	}
+	var r *Report
 	var err error
-	end := &hooks.OperationEnd{Op: c.op, Attempts: c.attempts, Retries: c.retries, Counts: counts, Duration: g.cfg.clock.Now().Sub(c.start)}
 	if !ok {
-		r := &Report{Operation: c.op.Name, Namespace: g.Namespace(), Attempts: c.attempts, Err: c.lastErr, Hint: c.hint, extra: c.extra}
+		r = &Report{Operation: c.op.Name, Namespace: g.Namespace(), Attempts: c.attempts, Err: c.lastErr, Hint: c.hint, extra: c.extra}
 		r.Outcomes = make([]Outcome, len(c.items))
 		for i, it := range c.items {
 			r.Outcomes[i] = c.outcome(it)
-			if !it.disp.Handled() && end.Code == 0 && it.fail != nil {
-				end.Code, end.CodeName, end.Class = it.fail.Code, it.fail.CodeName, it.class
-			}
 		}
 		err = r
 	}
-	end.Err = err
-	g.hooks.OperationFinished(ctx, end)
+	if g.observed {
+		c.operationFinished(ctx, err)
+	}
 	return err
+}
+
+// operationFinished reports the end of the call to the hooks.
+func (c *call) operationFinished(ctx context.Context, err error) {
+	g := c.g
+	counts := map[Disposition]int{}
+	end := &hooks.OperationEnd{Op: c.op, Attempts: c.attempts, Retries: c.retries, Counts: counts, Duration: g.cfg.clock.Now().Sub(c.start), Err: err}
+	for _, it := range c.items {
+		counts[it.disp]++
+		if err != nil && !it.disp.Handled() && end.Code == 0 && it.fail != nil {
+			end.Code, end.CodeName, end.Class = it.fail.Code, it.fail.CodeName, it.class
+		}
+	}
+	g.hooks.OperationFinished(ctx, end)
 }
 
 func (c *call) outcome(it *item) Outcome {

@@ -44,7 +44,7 @@ func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.L
 	c.newItems(1)
 	c.prepareDoc(c.items[0], document)
 	c.send = func(ctx context.Context, batch []*item) (any, error) {
-		res, err := g.target.InsertOne(ctx, batch[0].doc, opts...)
+		res, err := g.target.InsertOne(ctx, batch[0].boxed, opts...)
 		if res != nil && !res.Acknowledged {
 			return res, errUnacked
 		}
@@ -100,13 +100,11 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 	}
 	c := g.newCall("insertMany", ordered)
 	c.newItems(dv.Len())
-	for i, it := range c.items {
-		c.prepareDoc(it, dv.Index(i).Interface())
-	}
+	c.prepareDocs(c.items, func(i int) any { return dv.Index(i).Interface() })
 	c.send = func(ctx context.Context, batch []*item) (any, error) {
 		docs := make([]any, len(batch))
 		for i, it := range batch {
-			docs[i] = it.doc
+			docs[i] = it.boxed
 		}
 		res, err := g.target.InsertMany(ctx, docs, opts...)
 		if err == nil && res != nil && !res.Acknowledged {
