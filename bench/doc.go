@@ -40,6 +40,8 @@
 //     default retry budget, gRPC's retry throttling (gRFC A6) and no
 //     budget, under many writers and a fraction of transiently failing
 //     commands: retries allowed and refused, documents exhausted.
+//   - BenchmarkBudgetFailover/writers={16,50}/budget=...: the same budgets
+//     against a 1-second outage that fails every in-flight write.
 //   - BenchmarkAmplification/<strategy> and TestAmplificationTable: the
 //     raw driver, a naive retry loop, a per-code dispatcher and writeguard
 //     under one seeded fault schedule: commands per document, documents
