@@ -23,6 +23,8 @@
 //   - BenchmarkDriverDocPath: where the guarded path's extra cost goes,
 //     per document (the driver's handling of a document that already has
 //     an _id).
+//   - BenchmarkPrepare100/{per-document,slab}: writeguard's preparation of
+//     100 documents, each copied with its _id, or all copied into one slab.
 //   - BenchmarkClassify, BenchmarkExtractBulkWriteException100,
 //     BenchmarkFailingKeywordsCorpus, BenchmarkEnvelopeBuild,
 //     BenchmarkFingerprint: the hot pieces of the policy chain alone.
