@@ -6,26 +6,44 @@
 // The benchmarks, all in _test.go files:
 //
 //   - BenchmarkOverhead{InsertOne,InsertMany10,InsertMany100,
-//     InsertMany1000,BulkWrite100}/{raw,guarded}: a guarded collection
-//     against the raw *mongo.Collection it wraps, on the happy path, with
-//     order-line documents of eleven fields and no _id.
-//     WRITEGUARD_BENCH_BACKEND selects the server: "null" (default:
-//     faultproxy's null backend, which answers every command itself, so
-//     the figures are client CPU) or "embedded" (an in-process FerretDB v1
-//     on SQLite, reached directly).
-//   - BenchmarkOverheadRatio: guarded/raw ns/op and (guarded − raw)
-//     allocations per document for each of those cases, measured
-//     interleaved in one process and reported with b.ReportMetric.
-//   - BenchmarkDriverDocPath and BenchmarkIDFloorInsertMany100: where the
-//     guarded path's extra cost goes (the driver's handling of a
-//     document that already has an _id).
+//     InsertMany1000,BulkWrite100}/{raw,raw-struct-id,raw-prepared,guarded}:
+//     a guarded collection against the raw *mongo.Collection it wraps, on
+//     the happy path, with order-line documents of eleven fields. The raw
+//     collection is measured on three floors: order lines without _id
+//     (raw), structs that already carry an ObjectID _id (raw-struct-id),
+//     and exactly the bytes writeguard hands the driver, a bson.Raw with
+//     its _id first (raw-prepared). WRITEGUARD_BENCH_BACKEND selects the
+//     server: "null" (default: faultproxy's null backend, which answers
+//     every command itself, so the figures are client CPU) or "embedded"
+//     (an in-process FerretDB v1 on SQLite, reached directly).
+//   - BenchmarkOverheadRatio: guarded ns/op against each floor and
+//     (guarded − floor) allocations per document for each of those cases,
+//     measured interleaved in one process and reported with
+//     b.ReportMetric.
+//   - BenchmarkDriverDocPath: where the guarded path's extra cost goes,
+//     per document (the driver's handling of a document that already has
+//     an _id).
+//   - BenchmarkPrepare100/{per-document,slab}: writeguard's preparation of
+//     100 documents, each copied with its _id, or all copied into one slab.
 //   - BenchmarkClassify, BenchmarkExtractBulkWriteException100,
 //     BenchmarkFailingKeywordsCorpus, BenchmarkEnvelopeBuild,
 //     BenchmarkFingerprint: the hot pieces of the policy chain alone.
-//   - BenchmarkDeadLetter1000/{unordered,ordered}: commands and sink
-//     Puts to dead-letter 1,000 invalid documents of one InsertMany.
+//   - BenchmarkDeadLetter1000/{unordered,ordered}: time, bytes,
+//     allocations, commands and sink Puts to dead-letter 1,000 invalid
+//     documents of one InsertMany.
 //   - BenchmarkStepdown10000/{guarded,raw-retrywrites}: 10,000 documents
 //     through a scripted 2-second stepdown, against the embedded server.
+//   - BenchmarkConcurrentWriters/writers={1,4,16}: documents per second
+//     of 1, 4 and 16 writers sharing one Guarded on the embedded server
+//     behind a faultproxy at the demo's fault rate, against the raw driver
+//     at the same concurrency without faults, and the documents not
+//     written.
+//   - BenchmarkBudget/writers={16,50}/faults={5,15,30}%/budget=...: the
+//     default retry budget, gRPC's retry throttling (gRFC A6) and no
+//     budget, under many writers and a fraction of transiently failing
+//     commands: retries allowed and refused, documents exhausted.
+//   - BenchmarkBudgetFailover/writers={16,50}/budget=...: the same budgets
+//     against a 1-second outage that fails every in-flight write.
 //   - BenchmarkAmplification/<strategy> and TestAmplificationTable: the
 //     raw driver, a naive retry loop, a per-code dispatcher and writeguard
 //     under one seeded fault schedule: commands per document, documents
