@@ -38,6 +38,7 @@ type item struct {
 	unconf     bool // an attempt applied it with a write concern error
 	upsertRuns int
 	retry      bool // scheduled for the next attempt
+	parked     bool // invalid, waiting for the gathered dead-letter Put
 	err        error
 	keywords   []string
 	prefail    bool // failed in prepare, never sent
@@ -63,6 +64,9 @@ type call struct {
 	lastErr  error
 	hint     string
 	extra    []error
+	parked   []*item // invalid items waiting for the dead-letter sink
+	window   int     // ordered: documents per attempt (0: all pending)
+	stopAt   int     // ordered: batch position of the last attempt's first write error, -1 when none
 }
 
 // todo collects the actions decided for the documents of one attempt that
@@ -100,6 +104,9 @@ func (c *call) run(ctx context.Context) (any, error) {
 		if len(batch) == 0 {
 			break
 		}
+		if c.ordered && c.window > 0 && len(batch) > c.window {
+			batch = batch[:c.window]
+		}
 		if err := ctx.Err(); err != nil {
 			// Nothing more leaves the client: the documents never sent
 			// are not_attempted, whatever stopped them.
@@ -107,12 +114,17 @@ func (c *call) run(ctx context.Context) (any, error) {
 			c.giveUp(ctx, batch, policy.StopContext)
 			break
 		}
+		c.stopAt = -1
 		res, err := c.attempt(ctx, batch, delay)
 		if c.attempts == 1 && (err == nil || errors.Is(err, errUnacked)) {
 			first = res
 		}
+		if c.ordered {
+			c.window = policy.OrderedWindow(c.window, len(batch), c.stopAt)
+		}
 		delay = c.scheduleRetry(ctx)
 	}
+	c.flushDeadLetters(ctx)
 	return first, c.finish(ctx)
 }
 
@@ -171,7 +183,7 @@ func (c *call) attemptFinished(actx context.Context, docs int, t0 time.Time, err
 func (c *call) pending() []*item {
 	var out []*item
 	for _, it := range c.items {
-		if it.disp == "" {
+		if it.disp == "" && !it.parked {
 			out = append(out, it)
 		}
 	}
@@ -227,7 +239,7 @@ func (c *call) carryOut(ctx context.Context, td *todo, fallback Disposition, oth
 		}
 		c.handleConflict(ctx, it)
 	}
-	c.deadLetter(ctx, td.deadLetter)
+	c.park(ctx, td.deadLetter)
 }
 
 // routePrefailed routes the documents that failed before any attempt
@@ -246,7 +258,7 @@ func (c *call) routePrefailed(ctx context.Context) {
 		}
 		c.settle(it, Failed)
 	}
-	c.deadLetter(ctx, invalid)
+	c.park(ctx, invalid)
 	c.stopOrdered(ctx)
 }
 
@@ -259,7 +271,7 @@ func (c *call) stopOrdered(ctx context.Context) {
 	var tail []*item
 	stop := false
 	for _, it := range c.items {
-		if stop && it.disp == "" {
+		if stop && it.disp == "" && !it.parked {
 			tail = append(tail, it)
 			continue
 		}
@@ -282,7 +294,7 @@ func (c *call) giveUp(ctx context.Context, its []*item, why policy.StopReason) {
 		fallback = NotAttempted
 	}
 	for _, it := range its {
-		if it.disp != "" {
+		if it.disp != "" || it.parked {
 			continue
 		}
 		c.apply(it, policy.GiveUp(policy.GiveUpFacts{Reason: why, Kind: it.kind, Sent: it.attempts > 0,
@@ -290,6 +302,8 @@ func (c *call) giveUp(ctx context.Context, its []*item, why policy.StopReason) {
 	}
 	c.carryOut(ctx, &td, fallback, nil)
 	for _, it := range its {
-		c.settle(it, fallback) // a read-back that could not decide
+		if !it.parked {
+			c.settle(it, fallback) // a read-back that could not decide
+		}
 	}
 }

@@ -73,21 +73,14 @@ func contains(its []*item, x *item) bool {
 // readBack reads the stored documents with the given _ids, in one query
 // whose first reply holds them all (no getMore, so no cursor to lose when
 // the pool is cleared under it). A retryable read error is retried with
-// the write backoff, up to 3 reads.
+// the write backoff, up to 3 counted reads (retrySide).
 func (c *call) readBack(ctx context.Context, ids bson.A) (map[string]bson.Raw, error) {
-	for attempt := 1; ; attempt++ {
-		out, err := c.readOnce(ctx, ids)
-		if err == nil || attempt == 3 || ctx.Err() != nil {
-			return out, err
-		}
-		fs := policy.Extract(err)
-		if len(fs) == 0 || !c.g.classifier.Classify(fs[0]).Retryable() {
-			return nil, err
-		}
-		if policy.Wait(ctx, c.g.cfg.clock, c.g.cfg.backoff.Delay(attempt)) != nil {
-			return nil, err
-		}
-	}
+	var out map[string]bson.Raw
+	err := c.retrySide(ctx, 3, func(int) (err error) {
+		out, err = c.readOnce(ctx, ids)
+		return err
+	})
+	return out, err
 }
 
 func (c *call) readOnce(ctx context.Context, ids bson.A) (map[string]bson.Raw, error) {

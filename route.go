@@ -48,7 +48,7 @@ func (c *call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 	if c.ordered {
 		for i := range batch {
 			if perDoc[i] != nil {
-				stop = i
+				stop, c.stopAt = i, i
 				break
 			}
 		}
@@ -178,6 +178,9 @@ func (c *call) scheduleRetry(ctx context.Context) time.Duration {
 		c.stopRetries(ctx, retry, policy.StopBudget)
 		return 0
 	}
+	// Hand the gathered invalid documents to the sink before waiting:
+	// the context may end during the wait.
+	c.flushDeadLetters(ctx)
 	g.hooks.RetryScheduled(ctx, &hooks.Retry{Op: c.op, Attempt: c.attempts + 1, Delay: delay, Documents: len(retry), Code: cause.fail.Code, Class: cause.class})
 	if err := policy.Wait(ctx, g.cfg.clock, delay); err != nil {
 		c.extra = append(c.extra, err)

@@ -414,3 +414,48 @@ func TestReportErrorType(t *testing.T) {
 		t.Fatalf("ErrorType() of %v = %q, want transient", err, r.ErrorType())
 	}
 }
+
+// An ordered write through many invalid documents: one command ends at
+// each of them (the server's ordered semantics), but the tail is sent in a
+// window that follows the distance between rejections, and the sink gets
+// gathered Puts, not one per rejection. Order and dispositions are kept.
+func TestOrderedDeadLetteringIsGathered(t *testing.T) {
+	fake := mocks.NewFake("db.ord").Validator(func(doc bson.Raw) (bson.Raw, bool) {
+		_, err := doc.LookupErr("bad")
+		return nil, err == nil
+	})
+	fx := newFixture(t, fake)
+	const n = 600
+	docs := make([]any, n)
+	for i := range docs {
+		d := bson.D{{Key: "_id", Value: int32(i)}}
+		if i%3 != 2 { // two invalid documents in three
+			d = append(d, bson.E{Key: "bad", Value: true})
+		}
+		docs[i] = d
+	}
+	_, err := fx.g.InsertMany(ctx, docs)
+	var r *writeguard.Report
+	if !errors.As(err, &r) || !r.Handled() || r.Count(writeguard.DeadLettered) != 400 || r.Count(writeguard.Written) != 200 {
+		t.Fatalf("err = %v, want 400 dead_lettered and 200 written, handled", err)
+	}
+	if puts := fx.sink.Puts(); puts > 3 {
+		t.Errorf("%d sink Puts for 400 rejections, want gathered (at most 3)", puts)
+	}
+	sent := 0
+	for _, c := range fake.Calls() {
+		sent += len(c.Docs)
+	}
+	if sent > 20*n {
+		t.Errorf("%d documents sent for %d inputs: the tail is re-sent whole after each rejection", sent, n)
+	}
+	var last int32 = -1
+	for _, d := range fake.Docs() {
+		id := d.Lookup("_id").Int32()
+		if id <= last || id%3 != 2 {
+			t.Fatalf("stored %d after %d: out of order or an invalid document", id, last)
+		}
+		last = id
+	}
+	t.Logf("%d commands, %d documents sent, %d Puts", len(fake.Calls()), sent, fx.sink.Puts())
+}

@@ -294,3 +294,28 @@ func AttemptLimit(c Class, f *Failure, b Backoff, throttledAttempts int) int {
 func (f *Failure) DriverRetries() bool {
 	return f.Shape != ShapeWriteError && f.HasLabel(LabelSystemOverloaded) && f.HasLabel(LabelRetryable)
 }
+
+// MinOrderedWindow is the smallest number of documents an ordered write
+// sends per attempt once it has met a per-document failure.
+const MinOrderedWindow = 16
+
+// OrderedWindow returns how many pending documents the next attempt of an
+// ordered write sends (0: all of them). An ordered write ends its command
+// at the first document the server rejects, so when many documents are
+// rejected (a batch of invalid documents dead-lettered one by one) sending
+// the whole tail every time costs O(n²) bytes. The window follows the
+// observed run length instead: after an attempt of sent documents that
+// stopped at position stopAt (-1: it did not stop at a document), the next
+// attempt sends max(2·(stopAt+1), MinOrderedWindow) documents; an attempt
+// that went through its whole window doubles it. Memory per attempt then
+// tracks the distance between rejections, at the price of about log2(n)
+// extra round trips when the rejections stop.
+func OrderedWindow(window, sent, stopAt int) int {
+	switch {
+	case stopAt >= 0:
+		return max(2*(stopAt+1), MinOrderedWindow)
+	case window > 0 && sent >= window:
+		return 2 * window
+	}
+	return window
+}

@@ -240,3 +240,19 @@ func TestAttemptLimit(t *testing.T) {
 		t.Errorf("MaxAttempts 1 disables retries, got %d", got)
 	}
 }
+
+func TestOrderedWindow(t *testing.T) {
+	cases := []struct{ window, sent, stopAt, want int }{
+		{0, 1000, -1, 0},   // no stop: everything, as before
+		{0, 1000, 0, 16},   // a rejection at the first document: the minimum
+		{0, 1000, 99, 200}, // twice the run length
+		{16, 16, -1, 32},   // a whole window went through: double
+		{32, 10, -1, 32},   // the tail was shorter than the window
+		{200, 200, 3, 16},  // dense rejections again
+	}
+	for _, c := range cases {
+		if got := policy.OrderedWindow(c.window, c.sent, c.stopAt); got != c.want {
+			t.Errorf("OrderedWindow(%d, %d, %d) = %d, want %d", c.window, c.sent, c.stopAt, got, c.want)
+		}
+	}
+}

@@ -32,6 +32,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/policy"
 )
@@ -105,6 +106,8 @@ func truthScript(ns string, seed int64) []faultproxy.ScriptItem {
 }
 
 type truthCall struct {
+	id       int
+	trace    []string // TRUTH_TRACE: the call's attempts
 	ordered  bool
 	bulk     bool
 	inputs   []chaosInput
@@ -121,9 +124,21 @@ func truthRun(t *testing.T, seed int64, workers int) {
 		seeded = append(seeded, cbD("_id", fmt.Sprintf("seed-%d", k), "seeded", true))
 	}
 	b.seed(coll, seeded...)
+	var calls []*truthCall
+	var traceMu sync.Mutex
+	tracer := hooks.Hooks{
+		AttemptFinished: func(ctx context.Context, e *hooks.AttemptEnd) {
+			if c, ok := ctx.Value(truthCallKey{}).(*truthCall); ok {
+				traceMu.Lock()
+				c.trace = append(c.trace, fmt.Sprintf("#%d %d docs: code %d %s (%d failures)", e.Attempt, e.Documents, e.Code, e.Class, e.Failures))
+				traceMu.Unlock()
+			}
+		},
+	}
 	g := b.guard(coll,
 		writeguard.WithBackoff(policy.Backoff{Base: 5 * time.Millisecond, Cap: 100 * time.Millisecond}),
-		writeguard.WithConflictHandler(writeguard.ConflictSkip()))
+		writeguard.WithConflictHandler(writeguard.ConflictSkip()),
+		writeguard.WithHooks(tracer))
 	b.script(truthScript(ns, seed)...)
 
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x7247))
@@ -150,9 +165,8 @@ func truthRun(t *testing.T, seed int64, workers int) {
 		in.doc = d
 		inputs[n] = in
 	}
-	var calls []*truthCall
 	for i := 0; i < truthDocs; i += truthBatch {
-		calls = append(calls, &truthCall{ordered: rng.IntN(2) == 0, bulk: rng.IntN(3) == 0, inputs: inputs[i:min(i+truthBatch, truthDocs)]})
+		calls = append(calls, &truthCall{id: len(calls), ordered: rng.IntN(2) == 0, bulk: rng.IntN(3) == 0, inputs: inputs[i:min(i+truthBatch, truthDocs)]})
 	}
 
 	t0 := time.Now()
@@ -179,11 +193,6 @@ func truthRun(t *testing.T, seed int64, workers int) {
 	t.Logf("truth oracle: seed %d, %d writers, %d documents in %d calls, %v: %s; untrue %d, lost %d, duplicated %d, failed-from-transient %d; faults %v; attempts %d, retries %d, budget refusals %d",
 		seed, workers, truthDocs, len(calls), elapsed.Round(time.Millisecond), v.counts(), len(v.untrue), v.lost, v.duplicated, v.transientFailures, st.Faults,
 		len(g.rec.Attempts()), len(g.rec.Retries()), g.rec.BudgetExhausted())
-	if os.Getenv("TRUTH_TRACE") != "" {
-		for _, a := range g.rec.AttemptEnds() {
-			t.Logf("attempt %d: %d docs, code %d class %s failures %d", a.Attempt, a.Documents, a.Code, a.Class, a.Failures)
-		}
-	}
 	for _, u := range first(v.untrue, 20) {
 		t.Errorf("untrue: %s", u)
 	}
@@ -200,7 +209,10 @@ func truthRun(t *testing.T, seed int64, workers int) {
 	}
 }
 
+type truthCallKey struct{}
+
 func truthWrite(ctx context.Context, g *cbGuard, c *truthCall) {
+	ctx = context.WithValue(ctx, truthCallKey{}, c)
 	n := len(c.inputs)
 	if c.bulk {
 		models := make([]mongo.WriteModel, n)
@@ -291,8 +303,8 @@ func truthCheck(b *caseBed, coll, dlqColl string, calls []*truthCall) *truthVerd
 				if f := o.Failure; f != nil {
 					last = fmt.Sprintf("%d %s %s/%s", f.Code, f.CodeName, f.Shape, o.Class)
 				}
-				return fmt.Sprintf("n=%d kind=%d ordered=%v bulk=%v: %s (maybe=%v attempts=%d, stored %d, dead-lettered %d, last failure %s): %s; err %v",
-					in.n, in.kind, c.ordered, c.bulk, o.Disposition, o.MaybeWritten, o.Attempts, s, q, last, why, o.Err)
+				return fmt.Sprintf("n=%d kind=%d call %d ordered=%v bulk=%v: %s (maybe=%v attempts=%d, stored %d, dead-lettered %d, last failure %s): %s; err %v; call attempts: %s",
+					in.n, in.kind, c.id, c.ordered, c.bulk, o.Disposition, o.MaybeWritten, o.Attempts, s, q, last, why, o.Err, strings.Join(c.trace, "; "))
 			}
 			bad := func(why string) { v.untrue = append(v.untrue, describe(why)) }
 			unexpected := func(why string) { v.unexpected = append(v.unexpected, describe(why)) }
