@@ -49,10 +49,27 @@ func WithUpstream(hostport string) Option {
 	}
 }
 
-// WithReplicaSet makes the null backend present itself as the primary of
-// a one-member replica set named name (hello reports setName, hosts,
-// primary), so that the driver uses retryable writes and transactions
-// can be started. It has no effect with an upstream server.
+// WithReplicaSet presents the proxy as the primary of a one-member replica
+// set named name, so that the driver uses sessions and retryable writes.
+//
+// With the null backend, hello reports setName, hosts and primary, and
+// transactions can be started (the null backend answers every command).
+//
+// With an upstream server (WithUpstream; e.g. a standalone FerretDB or
+// mongod), the upstream's hello and isMaster replies are rewritten
+// (isWritablePrimary, topologyVersion, setName, setVersion, hosts,
+// primary, me, secondary, electionId, and logicalSessionTimeoutMinutes 30
+// when missing; awaitable hellos are held for maxAwaitTimeMS, at most
+// 10 s), and the proxy does the server's retryable-write bookkeeping: an
+// insert, update, delete or findAndModify carrying lsid and txnNumber is
+// executed once per (lsid, txnNumber); a retry executes only the
+// statements not yet executed and answers for the others from its record
+// (a statement that failed runs again); an older txnNumber gets 225
+// TransactionTooOld. txnNumber is not forwarded. The record keeps the last
+// txnNumber of each of at most 10,000 sessions. Multi-document
+// transactions (startTransaction, autocommit: false, commitTransaction,
+// abortTransaction) get 20 IllegalOperation "transactions are not
+// supported by the faultproxy bed".
 func WithReplicaSet(name string) Option {
 	return func(c *config) error {
 		if name == "" {
@@ -114,6 +131,12 @@ type Proxy struct {
 	script   atomic.Pointer[Script]
 	counters *counters
 	connIDs  atomic.Int64
+	txns     *txnTable     // retryable-write records (replica-set mode)
+	procID   bson.ObjectID // topologyVersion.processId (replica-set mode)
+
+	topoMu      sync.Mutex
+	topoCh      chan struct{} // closed to answer the awaitable hellos now
+	topoCounter int64         // topologyVersion.counter
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -143,6 +166,9 @@ func New(opts ...Option) (*Proxy, error) {
 	p := &Proxy{
 		cfg:      cfg,
 		counters: newCounters(),
+		txns:     newTxnTable(),
+		procID:   bson.NewObjectID(),
+		topoCh:   make(chan struct{}),
 		sessions: map[*session]struct{}{},
 		done:     make(chan struct{}),
 	}
@@ -265,6 +291,8 @@ type session struct {
 	mu      sync.Mutex
 	backend net.Conn
 	closed  bool
+
+	txn *txnCtx // the retryable write being executed (replica-set mode)
 }
 
 var errCloseClient = errors.New("faultproxy: closing the client connection")
@@ -405,6 +433,16 @@ func (s *session) handleQuery(m *message) error {
 		if err != nil {
 			return err
 		}
+		if s.rsUpstream() && isHello(cmd.Name) {
+			body, err := replyBody(reply)
+			if err != nil {
+				return err
+			}
+			if body, err = s.p.rewriteHello(body, true); err != nil {
+				return err
+			}
+			return s.writeClient(encodeOpReply(body, m.requestID))
+		}
 		return s.writeClient(reply.raw)
 	}
 	body, err := bson.Marshal(s.p.nullReply(cmd, s.connID))
@@ -424,8 +462,18 @@ func cutLast(s, sep string) (before, after string, found bool) {
 }
 
 // forward sends cmd (re-encoded) to the upstream server or the null
-// backend and returns the reply document.
+// backend and returns the reply document. A part of a retryable write in
+// replica-set mode goes through the retryable-write record.
 func (s *session) forward(cmd *Command) (bson.Raw, error) {
+	if s.txn != nil && isRetryableWrite(cmd.Name) {
+		return s.forwardRetryable(s.txn, cmd)
+	}
+	return s.forwardPlain(cmd)
+}
+
+// forwardPlain sends cmd (re-encoded) to the upstream server or the null
+// backend and returns the reply document.
+func (s *session) forwardPlain(cmd *Command) (bson.Raw, error) {
 	s.p.counters.forward(cmd.Name, len(cmd.Statements()))
 	if s.null() {
 		return bson.Marshal(s.p.nullReply(cmd, s.connID))
@@ -453,10 +501,32 @@ func (s *session) handleMsg(m *message) error {
 	stmts := cmd.Statements()
 	s.p.counters.command(cmd, statementCount(cmd, stmts))
 	noReply := om.flags&wiremessage.MoreToCome != 0
+	rsHello := s.rsUpstream() && isHello(cmd.Name)
+	if s.rsUpstream() {
+		if inTransaction(cmd) {
+			if noReply {
+				return nil
+			}
+			return s.sendBody(m.requestID, errTransactions())
+		}
+		if t := s.beginRetryable(cmd); t != nil {
+			s.txn = t
+			defer func() {
+				s.txn = nil
+				t.rec.mu.Unlock()
+			}()
+		}
+	}
 	script := s.p.script.Load()
 	fault, fired := script.fire(cmd)
 	if fired && fault.kind != FaultDocument {
 		s.p.counters.fault(fault.kind, 1)
+	}
+	if fired && fault.kind != FaultDocument && fault.kind != FaultDelay {
+		s.p.topologyEvent()
+	}
+	if rsHello && !fired {
+		return s.serveHello(cmd, m.requestID, om.flags&wiremessage.ExhaustAllowed != 0)
 	}
 
 	validator := script.validator(cmd.Namespace)
@@ -475,12 +545,12 @@ func (s *session) handleMsg(m *message) error {
 		if noReply {
 			return nil
 		}
-		return s.sendBody(m.requestID, errorReplyDoc(fault.cmdErr))
+		return s.sendBody(m.requestID, s.p.errorReply(fault.cmdErr))
 	case fired && fault.kind == FaultErrorReply:
 		if noReply {
 			return nil
 		}
-		return s.sendBody(m.requestID, errorReplyDoc(fault.cmdErr))
+		return s.sendBody(m.requestID, s.p.errorReply(fault.cmdErr))
 	case fired && fault.kind == FaultCloseBeforeForward:
 		return errCloseClient
 	case fired && fault.kind == FaultCustom:
@@ -501,7 +571,7 @@ func (s *session) handleMsg(m *message) error {
 	perDoc := len(stmts) > 0 && (validator != nil || docFault != nil)
 	modify := perDoc || (fired && fault.kind == FaultWriteConcernError)
 
-	if !modify && !s.null() {
+	if !modify && !s.null() && s.txn == nil && !rsHello {
 		// Plain forwarding: relay the server's bytes unchanged.
 		s.p.counters.forward(cmd.Name, len(stmts))
 		reply, err := s.roundTrip(m.raw, !noReply)
@@ -521,6 +591,9 @@ func (s *session) handleMsg(m *message) error {
 		body, err = s.execStatements(cmd, stmts, validator, docFault)
 	} else {
 		body, err = s.forward(cmd)
+	}
+	if err == nil && rsHello {
+		body, err = s.p.rewriteHello(body, cmd.Name != "hello")
 	}
 	if err != nil {
 		return err
