@@ -127,12 +127,13 @@ func WithDialTimeout(d time.Duration) Option {
 // New, start it with Start, point a driver at URI(), and Close it. All
 // methods are safe for concurrent use.
 type Proxy struct {
-	cfg      config
-	script   atomic.Pointer[Script]
-	counters *counters
-	connIDs  atomic.Int64
-	txns     *txnTable     // retryable-write records (replica-set mode)
-	procID   bson.ObjectID // topologyVersion.processId (replica-set mode)
+	cfg        config
+	script     atomic.Pointer[Script]
+	counters   *counters
+	connIDs    atomic.Int64
+	txns       *txnTable     // retryable-write records (replica-set mode)
+	failPoints *failPoints   // configureFailPoint state
+	procID     bson.ObjectID // topologyVersion.processId (replica-set mode)
 
 	topoMu      sync.Mutex
 	topoCh      chan struct{} // closed to answer the awaitable hellos now
@@ -164,13 +165,14 @@ func New(opts ...Option) (*Proxy, error) {
 		}
 	}
 	p := &Proxy{
-		cfg:      cfg,
-		counters: newCounters(),
-		txns:     newTxnTable(),
-		procID:   bson.NewObjectID(),
-		topoCh:   make(chan struct{}),
-		sessions: map[*session]struct{}{},
-		done:     make(chan struct{}),
+		cfg:        cfg,
+		counters:   newCounters(),
+		txns:       newTxnTable(),
+		failPoints: &failPoints{},
+		procID:     bson.NewObjectID(),
+		topoCh:     make(chan struct{}),
+		sessions:   map[*session]struct{}{},
+		done:       make(chan struct{}),
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.script.Store(cfg.script)
@@ -292,7 +294,8 @@ type session struct {
 	backend net.Conn
 	closed  bool
 
-	txn *txnCtx // the retryable write being executed (replica-set mode)
+	txn     *txnCtx // the retryable write being executed (replica-set mode)
+	appName string  // client.application.name of the handshake
 }
 
 var errCloseClient = errors.New("faultproxy: closing the client connection")
@@ -428,6 +431,9 @@ func (s *session) handleQuery(m *message) error {
 	}
 	cmd.fillNamespace()
 	s.p.counters.command(cmd, 0)
+	if name, ok := clientAppName(cmd.Body); ok && isHello(cmd.Name) {
+		s.appName = name
+	}
 	if !s.null() {
 		reply, err := s.roundTrip(m.raw, true)
 		if err != nil {
@@ -501,6 +507,31 @@ func (s *session) handleMsg(m *message) error {
 	stmts := cmd.Statements()
 	s.p.counters.command(cmd, statementCount(cmd, stmts))
 	noReply := om.flags&wiremessage.MoreToCome != 0
+	if name, ok := clientAppName(cmd.Body); ok && isHello(cmd.Name) {
+		s.appName = name
+	}
+	if cmd.Name == "configureFailPoint" {
+		return s.sendBody(m.requestID, s.p.failPoints.configure(cmd))
+	}
+	fpa := s.p.failPointAction(cmd, s.appName)
+	if fpa.fired {
+		s.p.counters.fault(FaultFailPoint, 1)
+		if fpa.block > 0 && !s.sleep(fpa.block) {
+			return errCloseClient
+		}
+		if fpa.closeConn || fpa.errReply != nil {
+			s.p.topologyEvent()
+		}
+		switch {
+		case fpa.closeConn:
+			return errCloseClient
+		case fpa.errReply != nil:
+			if noReply {
+				return nil
+			}
+			return s.sendBody(m.requestID, fpa.errReply)
+		}
+	}
 	rsHello := s.rsUpstream() && isHello(cmd.Name)
 	if s.rsUpstream() {
 		if inTransaction(cmd) {
@@ -569,7 +600,7 @@ func (s *session) handleMsg(m *message) error {
 		docFault = &fault
 	}
 	perDoc := len(stmts) > 0 && (validator != nil || docFault != nil)
-	modify := perDoc || (fired && fault.kind == FaultWriteConcernError)
+	modify := perDoc || (fired && fault.kind == FaultWriteConcernError) || fpa.wce != nil || fpa.closeAfter
 
 	if !modify && !s.null() && s.txn == nil && !rsHello {
 		// Plain forwarding: relay the server's bytes unchanged.
@@ -598,6 +629,10 @@ func (s *session) handleMsg(m *message) error {
 	if err != nil {
 		return err
 	}
+	if fpa.closeAfter {
+		s.p.topologyEvent()
+		return errCloseClient
+	}
 	if noReply {
 		return nil
 	}
@@ -610,6 +645,21 @@ func (s *session) handleMsg(m *message) error {
 			if err != nil {
 				return err
 			}
+			if body, err = s.p.withTopologyVersion(body, fault.wce.Code); err != nil {
+				return err
+			}
+		}
+	}
+	if fpa.wce != nil {
+		if body, err = addFailPointWCE(body, fpa.wce, fpa.labels); err != nil {
+			return err
+		}
+		code, _ := fpa.wce.Lookup("code").AsInt64OK()
+		if stateChangeCodes[int32(code)] {
+			s.p.topologyEvent()
+		}
+		if body, err = s.p.withTopologyVersion(body, int32(code)); err != nil {
+			return err
 		}
 	}
 	return s.writeClient(encodeReplyMsg(body, m.requestID))
@@ -648,15 +698,23 @@ func (s *session) postForward(f Fault) error {
 	case FaultCloseAfterForward:
 		return errCloseClient
 	case FaultDelay:
-		t := time.NewTimer(f.delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-s.p.done:
+		if !s.sleep(f.delay) {
 			return errCloseClient
 		}
 	}
 	return nil
+}
+
+// sleep waits for d; it returns false if the proxy closed meanwhile.
+func (s *session) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.p.done:
+		return false
+	}
 }
 
 func (s *session) sendBody(responseTo int32, d bson.D) error {

@@ -186,6 +186,26 @@ var stateChangeCodes = map[int32]bool{
 	11600: true, 91: true, // ShutdownError
 }
 
+// withTopologyVersion adds the current topologyVersion to a reply whose
+// write concern error has a state-change code, in replica-set mode with an
+// upstream, as errorReply does for error replies.
+func (p *Proxy) withTopologyVersion(body bson.Raw, code int32) (bson.Raw, error) {
+	if p.cfg.replicaSet == "" || p.cfg.upstream == "" || !stateChangeCodes[code] {
+		return body, nil
+	}
+	var reply bson.D
+	if err := bson.Unmarshal(body, &reply); err != nil {
+		return nil, fmt.Errorf("faultproxy: decode reply: %w", err)
+	}
+	return bson.Marshal(setBeforeOK(reply, "topologyVersion", p.topologyVersion()))
+}
+
+func (p *Proxy) topologyVersion() bson.D {
+	p.topoMu.Lock()
+	defer p.topoMu.Unlock()
+	return bson.D{{Key: "processId", Value: p.procID}, {Key: "counter", Value: p.topoCounter}}
+}
+
 // errorReply is the error reply for e. In replica-set mode with an
 // upstream, a state-change error carries the current topologyVersion, as
 // the server's does, so that a driver that has already seen the hello
@@ -195,11 +215,7 @@ func (p *Proxy) errorReply(e CommandError) bson.D {
 	if p.cfg.replicaSet == "" || p.cfg.upstream == "" || !stateChangeCodes[e.Code] {
 		return d
 	}
-	p.topoMu.Lock()
-	counter := p.topoCounter
-	p.topoMu.Unlock()
-	tv := bson.E{Key: "topologyVersion", Value: bson.D{{Key: "processId", Value: p.procID}, {Key: "counter", Value: counter}}}
-	return append(d[:len(d):len(d)], tv)
+	return append(d[:len(d):len(d)], bson.E{Key: "topologyVersion", Value: p.topologyVersion()})
 }
 
 // topologyEvent increments topologyVersion.counter and answers every held
