@@ -53,7 +53,7 @@ func cbRealURI() string { return os.Getenv("MONGODB_URI") }
 func cbRequireReal(t testing.TB, why string) {
 	t.Helper()
 	if cbRealURI() == "" {
-		t.Skipf("needs a real MongoDB (%s): set MONGODB_URI=mongodb://host:port/ to run it", why)
+		t.Skipf("backend: bed (faultproxy over embedded FerretDB), which cannot run this: needs a real MongoDB (%s); set MONGODB_URI=mongodb://host:port/ to run it", why)
 	}
 }
 
