@@ -29,10 +29,13 @@ import (
 // error code, is a retryable one gets the RetryableWriteError label, as
 // the server adds it for clients of wire version 9 (4.4) and later.
 //
-// onPrimaryTransactionalWrite: for a write carrying txnNumber, the write
-// is applied and then the connection closes (data.closeConnection,
-// default true), or, with data.failBeforeCommitExceptionCode, the command
-// fails with that code before anything is applied.
+// onPrimaryTransactionalWrite (replica-set mode with an upstream): when a
+// write carrying txnNumber is about to execute statements (not when a
+// retry is answered from the record), the write is applied and then the
+// connection closes (data.closeConnection, default true); with
+// data.failBeforeCommitExceptionCode nothing is applied and the
+// connection closes, or, with closeConnection false, the command fails
+// with that code.
 
 // FaultFailPoint counts commands on which a fail point configured with
 // configureFailPoint acted (error, close, write concern error or block).
@@ -239,13 +242,12 @@ func parseFailData(d bson.Raw, out failCommandData) (failCommandData, error) {
 
 // failAction is what the fail points do to one command.
 type failAction struct {
-	fired      bool
-	block      time.Duration
-	errReply   bson.D   // answer this, do not run the command
-	closeConn  bool     // close, do not run the command
-	wce        bson.Raw // run, then add this writeConcernError
-	labels     []string // top-level errorLabels added with wce
-	closeAfter bool     // run, then close (onPrimaryTransactionalWrite)
+	fired     bool
+	block     time.Duration
+	errReply  bson.D   // answer this, do not run the command
+	closeConn bool     // close, do not run the command
+	wce       bson.Raw // run, then add this writeConcernError
+	labels    []string // top-level errorLabels added with wce
 }
 
 // retryableWrite reports whether cmd is a retryable write: a write
@@ -291,17 +293,29 @@ func (p *Proxy) failPointAction(cmd *Command, appName string) failAction {
 			a.labels = p.serverLabels(d, rw, code)
 		}
 	}
-	if !a.fired && rw && fp.onPrimary.fire() {
-		a.fired = true
-		if c := fp.opData.beforeCommit; c != 0 {
-			e := CommandError{Code: c, CodeName: codeNames[c], Message: "Failing command via 'onPrimaryTransactionalWrite' failpoint"}
-			e.Labels = p.serverLabels(fp.opData, rw, c)
-			a.errReply = p.errorReply(e)
-		} else {
-			a.closeAfter = fp.opData.closeConn
-		}
-	}
 	return a
+}
+
+// onPrimaryWrite evaluates onPrimaryTransactionalWrite for a retryable
+// write about to execute statements (the server evaluates it where it
+// commits, so a retry answered from the record does not). It returns
+// whether it fired, the error reply to send instead of executing (nil:
+// execute), and whether to close the connection (after executing when
+// errReply is nil; instead of replying when not).
+func (p *Proxy) onPrimaryWrite() (fired bool, errReply bson.D, closeConn bool) {
+	fp := p.failPoints
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	if !fp.onPrimary.fire() {
+		return false, nil, false
+	}
+	d := fp.opData
+	if c := d.beforeCommit; c != 0 {
+		e := CommandError{Code: c, CodeName: codeNames[c], Message: "Failing command via 'onPrimaryTransactionalWrite' failpoint"}
+		e.Labels = p.serverLabels(d, true, c)
+		errReply = p.errorReply(e)
+	}
+	return true, errReply, d.closeConn
 }
 
 // serverLabels returns the errorLabels the server puts on a fail point's

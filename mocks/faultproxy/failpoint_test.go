@@ -229,13 +229,23 @@ func TestOnPrimaryTransactionalWrite(t *testing.T) {
 	if got := rec.ids(); !cmp.Equal(got, idStrings(1, 2, 3)) {
 		t.Errorf("upstream stored %v, want each document once", got)
 	}
+	// failBeforeCommitExceptionCode: nothing applied, the connection
+	// closes, the retry applies the write.
+	failPoint(t, c, bson.D{{Key: "configureFailPoint", Value: "onPrimaryTransactionalWrite"}, {Key: "mode", Value: times(1)},
+		{Key: "data", Value: bson.D{{Key: "failBeforeCommitExceptionCode", Value: 1}}}})
+	if _, err := coll.InsertOne(bg, bson.D{{Key: "_id", Value: 9}}); err != nil {
+		t.Fatalf("InsertOne after a rolled-back attempt: %v", err)
+	}
+	if got := rec.ids(); !cmp.Equal(got, idStrings(9)) {
+		t.Errorf("upstream stored %v, want [9] once", got)
+	}
 	// Not for writes without txnNumber.
 	failPoint(t, c, bson.D{{Key: "configureFailPoint", Value: "onPrimaryTransactionalWrite"}, {Key: "mode", Value: "alwaysOn"}})
 	plain := connect(t, p.URI(), false)
 	if _, err := plain.Database("app").Collection("users").InsertOne(opCtx(t), bson.D{{Key: "_id", Value: 4}}); err != nil {
 		t.Errorf("a write without txnNumber: %v", err)
 	}
-	if st := p.Stats(); st.Faults["fail_point"] != 1 {
-		t.Errorf("fail_point faults = %d, want 1", st.Faults["fail_point"])
+	if st := p.Stats(); st.Faults["fail_point"] != 2 {
+		t.Errorf("fail_point faults = %d, want 2", st.Faults["fail_point"])
 	}
 }

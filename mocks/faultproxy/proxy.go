@@ -600,7 +600,7 @@ func (s *session) handleMsg(m *message) error {
 		docFault = &fault
 	}
 	perDoc := len(stmts) > 0 && (validator != nil || docFault != nil)
-	modify := perDoc || (fired && fault.kind == FaultWriteConcernError) || fpa.wce != nil || fpa.closeAfter
+	modify := perDoc || (fired && fault.kind == FaultWriteConcernError) || fpa.wce != nil
 
 	if !modify && !s.null() && s.txn == nil && !rsHello {
 		// Plain forwarding: relay the server's bytes unchanged.
@@ -628,10 +628,6 @@ func (s *session) handleMsg(m *message) error {
 	}
 	if err != nil {
 		return err
-	}
-	if fpa.closeAfter {
-		s.p.topologyEvent()
-		return errCloseClient
 	}
 	if noReply {
 		return nil

@@ -201,6 +201,17 @@ func (s *session) forwardRetryable(t *txnCtx, cmd *Command) (bson.Raw, error) {
 			}
 			sub = cmd.WithStatements(part)
 		}
+		fpFired, fpReply, fpClose := s.p.onPrimaryWrite()
+		if fpFired {
+			s.p.counters.fault(FaultFailPoint, 1)
+			s.p.topologyEvent()
+			if fpReply != nil {
+				if fpClose {
+					return nil, errCloseClient
+				}
+				return bson.Marshal(fpReply)
+			}
+		}
 		raw, err := s.forwardPlain(withoutTxnFields(sub))
 		if err != nil {
 			return nil, err
@@ -216,6 +227,9 @@ func (s *session) forwardRetryable(t *txnCtx, cmd *Command) (bson.Raw, error) {
 			clientIdx[j] = idx[pos]
 		}
 		t.rec.record(cmd.Name, cmd.Ordered(), reply, clientIdx)
+		if fpFired && fpClose {
+			return nil, errCloseClient
+		}
 		if len(run) < len(stmts) {
 			for _, key := range []string{"writeErrors", "upserted"} {
 				if v, ok := field(reply, key); ok {
