@@ -245,6 +245,7 @@ type failAction struct {
 	fired     bool
 	block     time.Duration
 	errReply  bson.D   // answer this, do not run the command
+	code      int32    // errReply's code
 	closeConn bool     // close, do not run the command
 	wce       bson.Raw // run, then add this writeConcernError
 	labels    []string // top-level errorLabels added with wce
@@ -281,7 +282,7 @@ func (p *Proxy) failPointAction(cmd *Command, appName string) failAction {
 			e := CommandError{Code: d.errorCode, CodeName: codeNames[d.errorCode],
 				Message: "Failing command via 'failCommand' failpoint"}
 			e.Labels = p.serverLabels(d, rw, d.errorCode)
-			a.errReply = p.errorReply(e)
+			a.errReply, a.code = p.errorReply(e), d.errorCode
 		case d.wce != nil:
 			a.wce = d.wce
 			code := int32(0)

@@ -59,8 +59,8 @@ func WithUpstream(hostport string) Option {
 // mongod), the upstream's hello and isMaster replies are rewritten
 // (isWritablePrimary, topologyVersion, setName, setVersion, hosts,
 // primary, me, secondary, electionId, and logicalSessionTimeoutMinutes 30
-// when missing; awaitable hellos are held for maxAwaitTimeMS, at most
-// 10 s), and the proxy does the server's retryable-write bookkeeping: an
+// when missing; awaitable hellos are streamed, each held for
+// maxAwaitTimeMS but at most 500 ms), and the proxy does the server's retryable-write bookkeeping: an
 // insert, update, delete or findAndModify carrying lsid and txnNumber is
 // executed once per (lsid, txnNumber); a retry executes only the
 // statements not yet executed and answers for the others from its record
@@ -519,7 +519,7 @@ func (s *session) handleMsg(m *message) error {
 		if fpa.block > 0 && !s.sleep(fpa.block) {
 			return errCloseClient
 		}
-		if fpa.closeConn || fpa.errReply != nil {
+		if fpa.errReply != nil && stateChangeCodes[fpa.code] {
 			s.p.topologyEvent()
 		}
 		switch {
@@ -553,7 +553,8 @@ func (s *session) handleMsg(m *message) error {
 	if fired && fault.kind != FaultDocument {
 		s.p.counters.fault(fault.kind, 1)
 	}
-	if fired && fault.kind != FaultDocument && fault.kind != FaultDelay {
+	if fired && (fault.kind == FaultErrorReply || fault.kind == FaultApplyThenError) && stateChangeCodes[fault.cmdErr.Code] ||
+		fired && fault.kind == FaultWriteConcernError && stateChangeCodes[fault.wce.Code] {
 		s.p.topologyEvent()
 	}
 	if rsHello && !fired {

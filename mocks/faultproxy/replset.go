@@ -12,10 +12,13 @@ import (
 // primary of a one-member replica set, and does the server's
 // retryable-write bookkeeping itself (retryable.go).
 
-// maxAwaitHello caps how long the proxy holds an awaitable hello (the
-// driver's streaming monitor sends maxAwaitTimeMS = heartbeatFrequencyMS,
-// 10 s by default).
-const maxAwaitHello = 10 * time.Second
+// maxAwaitHello caps how long the proxy holds an awaitable hello. The
+// driver's streaming monitor sends maxAwaitTimeMS = heartbeatFrequencyMS
+// (10 s by default) and a server holds the hello that long when nothing
+// changes; the proxy answers after at most 500 ms, because after a dropped
+// connection the Go driver (v2.10) sometimes waits for the monitor's held
+// hello before it retries, which would cost a full 10 s per fault.
+const maxAwaitHello = 500 * time.Millisecond
 
 // rsUpstream reports whether the proxy emulates a replica set in front of
 // an upstream server.
@@ -219,9 +222,12 @@ func (p *Proxy) errorReply(e CommandError) bson.D {
 }
 
 // topologyEvent increments topologyVersion.counter and answers every held
-// awaitable hello at once. The proxy calls it when a fault fires: the driver marks the server Unknown after a
-// network error or a state-change error and waits for its monitor's next
-// hello, which a server answers at once when its state changed.
+// awaitable hello at once. The proxy calls it when it answers with a
+// state-change error (NotPrimary and Shutdown categories), as a reply or a
+// write concern error: the driver then marks the server Unknown and waits
+// for its monitor's next hello, which a server whose state changed
+// answers at once. A dropped connection needs none: the driver cancels its
+// monitor's check itself (server discovery and monitoring specification).
 func (p *Proxy) topologyEvent() {
 	p.topoMu.Lock()
 	p.topoCounter++

@@ -204,7 +204,6 @@ func (s *session) forwardRetryable(t *txnCtx, cmd *Command) (bson.Raw, error) {
 		fpFired, fpReply, fpClose := s.p.onPrimaryWrite()
 		if fpFired {
 			s.p.counters.fault(FaultFailPoint, 1)
-			s.p.topologyEvent()
 			if fpReply != nil {
 				if fpClose {
 					return nil, errCloseClient
