@@ -33,20 +33,28 @@ type config struct {
 	dialTimeout    time.Duration
 }
 
-// Option configures a Proxy.
-type Option func(*config) error
+// Option configures a Proxy. Build one with the With* functions; New
+// applies them in order and returns every bad one's error, joined.
+type Option interface {
+	apply(*config) error
+}
+
+// optionFunc is an Option made of a function.
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 // WithUpstream makes the proxy forward to a MongoDB-compatible server at
 // hostport ("host:port"). Without it the proxy runs with the null backend:
 // it answers every command itself and stores nothing.
 func WithUpstream(hostport string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if _, _, err := net.SplitHostPort(hostport); err != nil {
 			return fmt.Errorf("faultproxy: upstream %q: %w", hostport, err)
 		}
 		c.upstream = hostport
 		return nil
-	}
+	})
 }
 
 // WithReplicaSet presents the proxy as the primary of a one-member replica
@@ -60,8 +68,9 @@ func WithUpstream(hostport string) Option {
 // (isWritablePrimary, topologyVersion, setName, setVersion, hosts,
 // primary, me, secondary, electionId, and logicalSessionTimeoutMinutes 30
 // when missing; awaitable hellos are streamed, each held for
-// maxAwaitTimeMS but at most 500 ms), and the proxy does the server's retryable-write bookkeeping: an
-// insert, update, delete or findAndModify carrying lsid and txnNumber is
+// maxAwaitTimeMS but at most 500 ms), and the proxy does the server's
+// retryable-write bookkeeping: an insert, update, delete or
+// findAndModify carrying lsid and txnNumber is
 // executed once per (lsid, txnNumber); a retry executes only the
 // statements not yet executed and answers for the others from its record
 // (a statement that failed runs again); an older txnNumber gets 225
@@ -71,56 +80,57 @@ func WithUpstream(hostport string) Option {
 // abortTransaction) get 20 IllegalOperation "transactions are not
 // supported by the faultproxy bed".
 func WithReplicaSet(name string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if name == "" {
 			return errors.New("faultproxy: empty replica set name")
 		}
 		c.replicaSet = name
 		return nil
-	}
+	})
 }
 
 // WithScript sets the script of faults and emulated validators (see
-// NewScript). Without it the proxy forwards everything unchanged.
+// NewScript). Without it, or with a nil s, the proxy forwards everything
+// unchanged (SetScript can install one later).
 func WithScript(s *Script) Option {
-	return func(c *config) error { c.script = s; return nil }
+	return optionFunc(func(c *config) error { c.script = s; return nil })
 }
 
 // WithListenAddr sets the address to listen on (default "127.0.0.1:0": a
 // free loopback port).
 func WithListenAddr(addr string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return fmt.Errorf("faultproxy: listen address %q: %w", addr, err)
 		}
 		c.listenAddr = addr
 		return nil
-	}
+	})
 }
 
 // WithMaxWireVersion sets the maxWireVersion the null backend reports
 // (default DefaultMaxWireVersion); it must be within what the driver
 // supports (9..29 for driver v2.10).
 func WithMaxWireVersion(v int32) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if v < 9 {
 			return fmt.Errorf("faultproxy: maxWireVersion %d is below the driver's minimum (9)", v)
 		}
 		c.maxWireVersion = v
 		return nil
-	}
+	})
 }
 
 // WithDialTimeout bounds the connection to the upstream server (default
 // DefaultDialTimeout).
 func WithDialTimeout(d time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("faultproxy: dial timeout %v must be positive", d)
 		}
 		c.dialTimeout = d
 		return nil
-	}
+	})
 }
 
 // Proxy is a fault-injecting MongoDB wire-protocol proxy. Create it with
@@ -151,18 +161,27 @@ type Proxy struct {
 	wg       sync.WaitGroup
 }
 
-// New returns an unstarted proxy. It returns the first option's error,
-// if any.
+// New returns an unstarted proxy. It applies opts in order and returns
+// the errors of every bad option (a nil Option among them, named by its
+// position), joined with errors.Join; it never panics.
 func New(opts ...Option) (*Proxy, error) {
 	cfg := config{
 		listenAddr:     "127.0.0.1:0",
 		maxWireVersion: DefaultMaxWireVersion,
 		dialTimeout:    DefaultDialTimeout,
 	}
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
+	var errs []error
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("faultproxy: option %d is nil", i))
+			continue
 		}
+		if err := o.apply(&cfg); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	p := &Proxy{
 		cfg:        cfg,
