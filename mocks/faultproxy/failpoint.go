@@ -3,6 +3,7 @@ package faultproxy
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -105,12 +106,16 @@ type failCommandData struct {
 }
 
 type failPoints struct {
+	armed     atomic.Bool // some fail point is on: the fast path skips mu
 	mu        sync.Mutex
 	failCmd   failMode
 	failData  failCommandData
 	onPrimary failMode
 	opData    failCommandData
 }
+
+// rearm records whether any fail point is still on; fp.mu is held.
+func (fp *failPoints) rearm() { fp.armed.Store(fp.failCmd.on || fp.onPrimary.on) }
 
 // configureFailPoint handles the command and returns its reply.
 func (fp *failPoints) configure(cmd *Command) bson.D {
@@ -139,6 +144,7 @@ func (fp *failPoints) configure(cmd *Command) bson.D {
 		return errorReplyDoc(CommandError{Code: 2, CodeName: "BadValue",
 			Message: fmt.Sprintf("faultproxy: no fail point named %q (failCommand and onPrimaryTransactionalWrite are emulated)", name)})
 	}
+	fp.rearm()
 	return okReply(bson.E{Key: "count", Value: int32(0)})
 }
 
@@ -265,8 +271,12 @@ func retryableWrite(cmd *Command) bool {
 // whose handshake named appName.
 func (p *Proxy) failPointAction(cmd *Command, appName string) failAction {
 	fp := p.failPoints
+	if !fp.armed.Load() {
+		return failAction{}
+	}
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
+	defer fp.rearm()
 	var a failAction
 	rw := retryableWrite(cmd)
 	if fp.failData.commands[cmd.Name] && (fp.failData.appName == "" || fp.failData.appName == appName) && fp.failCmd.fire() {
@@ -305,8 +315,12 @@ func (p *Proxy) failPointAction(cmd *Command, appName string) failAction {
 // errReply is nil; instead of replying when not).
 func (p *Proxy) onPrimaryWrite() (fired bool, errReply bson.D, closeConn bool) {
 	fp := p.failPoints
+	if !fp.armed.Load() {
+		return false, nil, false
+	}
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
+	defer fp.rearm()
 	if !fp.onPrimary.fire() {
 		return false, nil, false
 	}
