@@ -147,3 +147,45 @@ func TestTransactionsAreRefusedClearly(t *testing.T) {
 		t.Fatalf("err = %v, want 20 IllegalOperation naming the bed", err)
 	}
 }
+
+// TestTxnNumberBookkeeping: the same (lsid, txnNumber) sent twice, as a
+// raw command, is executed once and answered from the record; an older
+// txnNumber is refused with 225 TransactionTooOld; another session is
+// independent.
+func TestTxnNumberBookkeeping(t *testing.T) {
+	p, rec := startReplicaSet(t)
+	db := connect(t, p.URI(), false).Database("app")
+	session := func(b byte) bson.D {
+		id := make([]byte, 16)
+		id[0] = b
+		return bson.D{{Key: "id", Value: bson.Binary{Subtype: 4, Data: id}}}
+	}
+	insert := func(lsid bson.D, txn int64, ids ...int) (bson.M, error) {
+		var reply bson.M
+		err := db.RunCommand(opCtx(t), bson.D{
+			{Key: "insert", Value: "users"}, {Key: "documents", Value: idDocs(ids...)},
+			{Key: "lsid", Value: lsid}, {Key: "txnNumber", Value: txn},
+		}).Decode(&reply)
+		return reply, err
+	}
+	for i := 0; i < 2; i++ {
+		reply, err := insert(session(1), 5, 1, 2)
+		if err != nil || reply["n"] != int32(2) {
+			t.Fatalf("attempt %d: %v, %v; want n = 2", i+1, reply, err)
+		}
+	}
+	if got := rec.ids(); !cmp.Equal(got, idStrings(1, 2)) {
+		t.Errorf("upstream stored %v, want [1 2] once", got)
+	}
+	_, err := insert(session(1), 4, 3)
+	var ce mongo.CommandError
+	if !errors.As(err, &ce) || ce.Code != 225 || ce.Name != "TransactionTooOld" {
+		t.Errorf("older txnNumber: %v, want 225 TransactionTooOld", err)
+	}
+	if _, err := insert(session(2), 5, 4); err != nil {
+		t.Errorf("another session with the same txnNumber: %v", err)
+	}
+	if got := rec.ids(); !cmp.Equal(got, idStrings(4)) {
+		t.Errorf("upstream stored %v, want [4]", got)
+	}
+}
