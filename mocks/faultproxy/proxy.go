@@ -110,7 +110,9 @@ func WithListenAddr(addr string) Option {
 
 // WithMaxWireVersion sets the maxWireVersion the null backend reports
 // (default DefaultMaxWireVersion); it must be within what the driver
-// supports (9..29 for driver v2.10).
+// supports (9..29 for driver v2.10). Fail points add the
+// RetryableWriteError label themselves only from wire version 9 (MongoDB
+// 4.4), as the server does.
 func WithMaxWireVersion(v int32) Option {
 	return optionFunc(func(c *config) error {
 		if v < 9 {
@@ -244,7 +246,8 @@ func (p *Proxy) SetScript(s *Script) { p.script.Store(s) }
 func (p *Proxy) Stats() Stats { return p.counters.snapshot() }
 
 // Reset zeroes the counters and the current script's occurrence counts,
-// so that the next matching command is occurrence 1 again.
+// so that the next matching command is occurrence 1 again. Fail points
+// (configureFailPoint) and the retryable-write records are kept.
 func (p *Proxy) Reset() {
 	p.counters.reset()
 	p.script.Load().reset()
