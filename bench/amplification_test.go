@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,7 +55,46 @@ const (
 const (
 	ampSeedEnv      = "WRITEGUARD_AMPLIFICATION_SEED"
 	ampUnorderedEnv = "WRITEGUARD_AMPLIFICATION_UNORDERED"
+	ampReplSetEnv   = "WRITEGUARD_AMPLIFICATION_REPLSET"
 )
+
+// ampReplicaSet reports whether the run uses the bed in replica-set mode
+// (WRITEGUARD_AMPLIFICATION_REPLSET=1): faultproxy.WithReplicaSet in front
+// of the embedded FerretDB, so every strategy's client has the driver's
+// retryable writes on (the default) and the proxy executes each
+// (lsid, txnNumber) once, as a replica set does. Otherwise the standalone
+// runs: FerretDB as it is, and only raw-retrywrites sees a replica-set
+// hello (replicaSetHello), without the server's retryable-write
+// deduplication.
+func ampReplicaSet() bool { return os.Getenv(ampReplSetEnv) != "" }
+
+// replicaSetProxy starts a faultproxy in replica-set mode in front of the
+// embedded server, with the rules of items, and a client with the
+// driver's defaults (retryable writes on). The caller closes both
+// (closeUpstream).
+func replicaSetProxy(tb testing.TB, items ...faultproxy.ScriptItem) (*faultproxy.Proxy, *mongo.Client) {
+	tb.Helper()
+	script, err := faultproxy.NewScript(items...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := faultproxy.New(faultproxy.WithUpstream(embeddedServer(tb).Addr()), faultproxy.WithReplicaSet("rs0"), faultproxy.WithScript(script))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	c, err := mongo.Connect(options.Client().ApplyURI(p.URI()).SetRetryWrites(true))
+	if err != nil {
+		_ = p.Close()
+		tb.Fatal(err)
+	}
+	if err := c.Ping(context.Background(), nil); err != nil {
+		tb.Fatal(err)
+	}
+	return p, c
+}
 
 // ampOrdered reports whether the batches are ordered (the driver's
 // default); WRITEGUARD_AMPLIFICATION_UNORDERED=1 makes them unordered.
@@ -373,7 +413,15 @@ func runAmplification(tb testing.TB, s ampStrategy, seed int64) ampRow {
 		tb.Fatalf("seed the replayed lines: %v", err)
 	}
 
-	p, c := upstreamProxy(tb, s.replicaSet, faultSchedule(ns, seed)...)
+	var (
+		p *faultproxy.Proxy
+		c *mongo.Client
+	)
+	if ampReplicaSet() {
+		p, c = replicaSetProxy(tb, faultSchedule(ns, seed)...)
+	} else {
+		p, c = upstreamProxy(tb, s.replicaSet, faultSchedule(ns, seed)...)
+	}
 	coll := c.Database(benchDB).Collection(name)
 	t0 := time.Now()
 	res := s.run(ctx, coll, w, seed)
@@ -390,7 +438,7 @@ func runAmplification(tb testing.TB, s ampStrategy, seed int64) ampRow {
 	row.inserts = st.CountIn("insert", ns)
 	row.sent = st.Documents["insert"]
 	for k, v := range st.Faults {
-		if k != faultproxy.FaultValidation && k != faultproxy.FaultCustom {
+		if k != faultproxy.FaultValidation && k != faultproxy.FaultCustom && k != faultproxy.FaultFailPoint {
 			row.faults += v
 		}
 	}
@@ -477,8 +525,12 @@ func TestAmplificationTable(t *testing.T) {
 	}
 	fmt.Printf("\nAmplification: %d order lines in %s InsertMany batches of %d; %d invalid (121), %d replays of stored lines (11000);\n",
 		ampDocs, mode, ampBatch, ampInvalid, ampReplays)
-	fmt.Printf("per insert: P(10107)=P(189)=%.2f stepdown replies, P(dropped reply)=%.2f; seed %d; embedded FerretDB behind faultproxy.\n\n",
-		ampPStepdown, ampPDropReply, seed)
+	bed := "embedded FerretDB behind faultproxy (standalone; raw-retrywrites sees a replica-set hello without retryable-write deduplication)"
+	if ampReplicaSet() {
+		bed = "embedded FerretDB behind faultproxy in replica-set mode (every client retries retryable writes once; each lsid+txnNumber executes once)"
+	}
+	fmt.Printf("per insert: P(10107)=P(189)=%.2f stepdown replies, P(dropped reply)=%.2f; seed %d; %s.\n\n",
+		ampPStepdown, ampPDropReply, seed, bed)
 	fmt.Println("| strategy | cmds/doc | commands | docs sent/doc | faults met | lost | duplicated | reported not written | dead-lettered | time |")
 	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, r := range rows {
@@ -486,4 +538,75 @@ func TestAmplificationTable(t *testing.T) {
 			r.strategy, float64(r.commands)/float64(r.docs), r.commands, float64(r.sent)/float64(r.docs), r.faults, r.lost, r.dup, r.reported, r.deadLetters, r.elapsed.Seconds())
 	}
 	fmt.Println()
+}
+
+// BenchmarkStepdown10000ReplicaSet is BenchmarkStepdown10000 on the bed in
+// replica-set mode (replicaSetProxy): 10,000 order lines in one
+// InsertMany, every insert answered 10107 NotWritablePrimary (labelled
+// RetryableWriteError) for the first 2 seconds. Both variants have the
+// driver's retryable writes on, as against a production replica set:
+// guarded is writeguard with policy.Backoff{MaxAttempts: 10, MaxElapsed:
+// 30 s}; raw-retrywrites is the driver alone (it retries once). Run it with
+// -benchtime 1x. Metrics: insert commands per op (driver retries
+// included), documents stored per op (counted on the server), faults
+// fired per op.
+func BenchmarkStepdown10000ReplicaSet(b *testing.B) {
+	const n = 10000
+	docs := orderLines(0, n)
+	for _, variant := range []string{"guarded", "raw-retrywrites"} {
+		b.Run(variant, func(b *testing.B) {
+			var cmds, stored, faults float64
+			iter := 0
+			for b.Loop() {
+				b.StopTimer()
+				iter++
+				name := fmt.Sprintf("stepdown_rs_%s_%d", strings.ReplaceAll(variant, "-", "_"), iter)
+				ns := benchDB + "." + name
+				if err := directClient(b).Database(benchDB).Collection(name).Drop(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				var start atomic.Pointer[time.Time]
+				rule := faultproxy.On("insert").In(ns).Always().Where(func(*faultproxy.Command) bool {
+					t := start.Load()
+					return t != nil && time.Since(*t) < 2*time.Second
+				}).Do(faultproxy.ErrorReply(stepdownError))
+				p, c := replicaSetProxy(b, rule)
+				coll := c.Database(benchDB).Collection(name)
+				var w writeguard.Collection = coll
+				if variant == "guarded" {
+					g, err := writeguard.Wrap(coll, writeguard.WithBackoff(policy.Backoff{MaxAttempts: 10, MaxElapsed: 30 * time.Second}))
+					if err != nil {
+						b.Fatal(err)
+					}
+					w = g
+				}
+				now := time.Now()
+				start.Store(&now)
+				b.StartTimer()
+				_, err := w.InsertMany(context.Background(), docs)
+				b.StopTimer()
+				if err != nil {
+					b.Logf("%s: InsertMany: %.300v", variant, err)
+				}
+				st := p.Stats()
+				cmds += float64(st.CountIn("insert", ns))
+				faults += float64(st.Faults[faultproxy.FaultErrorReply])
+				closeUpstream(p, c)
+				got, err := directClient(b).Database(benchDB).Collection(name).CountDocuments(context.Background(), bson.D{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				stored += float64(got)
+				if variant == "guarded" && got != n {
+					b.Errorf("guarded: %d of %d documents stored", got, n)
+				}
+				_ = directClient(b).Database(benchDB).Collection(name).Drop(context.Background())
+				b.StartTimer()
+			}
+			k := float64(iter)
+			b.ReportMetric(cmds/k, "insert-cmds/op")
+			b.ReportMetric(stored/k, "stored/op")
+			b.ReportMetric(faults/k, "faults/op")
+		})
+	}
 }

@@ -34,6 +34,30 @@
 // aggregate (empty cursors) and anything else with {ok: 1}. It stores
 // nothing.
 //
+// # Replica set
+//
+// WithReplicaSet("rs0") together with WithUpstream presents a standalone
+// upstream (the embedded FerretDB) to the driver as the primary of a
+// one-member replica set: hello is rewritten (setName, hosts,
+// isWritablePrimary, logicalSessionTimeoutMinutes, topologyVersion, with
+// the streaming protocol), and the proxy does the server's retryable-write
+// bookkeeping: a write carrying lsid and txnNumber is executed once, a
+// retry with the same txnNumber runs only the statements not yet executed
+// and is answered from the record for the others. Transactions are
+// refused with 20 IllegalOperation. See WithReplicaSet.
+//
+// # Fail points
+//
+// The proxy answers configureFailPoint itself, with any backend, for the
+// server's failCommand (modes times, skip, alwaysOn, off; data
+// failCommands, errorCode, errorLabels, writeConcernError,
+// closeConnection, blockConnection + blockTimeMS, appName) and
+// onPrimaryTransactionalWrite (the write commits, then the connection
+// closes), with the server's semantics: RetryableWriteError is added to a
+// retryable code on a retryable write, a writeConcernError is added after
+// the write ran. Stats counts them as FaultFailPoint. A Script's faults
+// come after the fail points, as a second layer.
+//
 // # Scripts
 //
 // A Script holds Rules and Validators. A Rule selects commands by name

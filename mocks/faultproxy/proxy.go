@@ -33,87 +33,123 @@ type config struct {
 	dialTimeout    time.Duration
 }
 
-// Option configures a Proxy.
-type Option func(*config) error
+// Option configures a Proxy. Build one with the With* functions; New
+// applies them in order and returns every bad one's error, joined.
+type Option interface {
+	apply(*config) error
+}
+
+// optionFunc is an Option made of a function.
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 // WithUpstream makes the proxy forward to a MongoDB-compatible server at
 // hostport ("host:port"). Without it the proxy runs with the null backend:
 // it answers every command itself and stores nothing.
 func WithUpstream(hostport string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if _, _, err := net.SplitHostPort(hostport); err != nil {
 			return fmt.Errorf("faultproxy: upstream %q: %w", hostport, err)
 		}
 		c.upstream = hostport
 		return nil
-	}
+	})
 }
 
-// WithReplicaSet makes the null backend present itself as the primary of
-// a one-member replica set named name (hello reports setName, hosts,
-// primary), so that the driver uses retryable writes and transactions
-// can be started. It has no effect with an upstream server.
+// WithReplicaSet presents the proxy as the primary of a one-member replica
+// set named name, so that the driver uses sessions and retryable writes.
+//
+// With the null backend, hello reports setName, hosts and primary, and
+// transactions can be started (the null backend answers every command).
+//
+// With an upstream server (WithUpstream; e.g. a standalone FerretDB or
+// mongod), the upstream's hello and isMaster replies are rewritten
+// (isWritablePrimary, topologyVersion, setName, setVersion, hosts,
+// primary, me, secondary, electionId, and logicalSessionTimeoutMinutes 30
+// when missing; awaitable hellos are streamed, each held for
+// maxAwaitTimeMS but at most 500 ms), and the proxy does the server's
+// retryable-write bookkeeping: an insert, update, delete or
+// findAndModify carrying lsid and txnNumber is
+// executed once per (lsid, txnNumber); a retry executes only the
+// statements not yet executed and answers for the others from its record
+// (a statement that failed runs again); an older txnNumber gets 225
+// TransactionTooOld. txnNumber is not forwarded. The record keeps the last
+// txnNumber of each of at most 10,000 sessions. Multi-document
+// transactions (startTransaction, autocommit: false, commitTransaction,
+// abortTransaction) get 20 IllegalOperation "transactions are not
+// supported by the faultproxy bed".
 func WithReplicaSet(name string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if name == "" {
 			return errors.New("faultproxy: empty replica set name")
 		}
 		c.replicaSet = name
 		return nil
-	}
+	})
 }
 
 // WithScript sets the script of faults and emulated validators (see
-// NewScript). Without it the proxy forwards everything unchanged.
+// NewScript). Without it, or with a nil s, the proxy forwards everything
+// unchanged (SetScript can install one later).
 func WithScript(s *Script) Option {
-	return func(c *config) error { c.script = s; return nil }
+	return optionFunc(func(c *config) error { c.script = s; return nil })
 }
 
 // WithListenAddr sets the address to listen on (default "127.0.0.1:0": a
 // free loopback port).
 func WithListenAddr(addr string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return fmt.Errorf("faultproxy: listen address %q: %w", addr, err)
 		}
 		c.listenAddr = addr
 		return nil
-	}
+	})
 }
 
 // WithMaxWireVersion sets the maxWireVersion the null backend reports
 // (default DefaultMaxWireVersion); it must be within what the driver
-// supports (9..29 for driver v2.10).
+// supports (9..29 for driver v2.10). Fail points add the
+// RetryableWriteError label themselves only from wire version 9 (MongoDB
+// 4.4), as the server does.
 func WithMaxWireVersion(v int32) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if v < 9 {
 			return fmt.Errorf("faultproxy: maxWireVersion %d is below the driver's minimum (9)", v)
 		}
 		c.maxWireVersion = v
 		return nil
-	}
+	})
 }
 
 // WithDialTimeout bounds the connection to the upstream server (default
 // DefaultDialTimeout).
 func WithDialTimeout(d time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("faultproxy: dial timeout %v must be positive", d)
 		}
 		c.dialTimeout = d
 		return nil
-	}
+	})
 }
 
 // Proxy is a fault-injecting MongoDB wire-protocol proxy. Create it with
 // New, start it with Start, point a driver at URI(), and Close it. All
 // methods are safe for concurrent use.
 type Proxy struct {
-	cfg      config
-	script   atomic.Pointer[Script]
-	counters *counters
-	connIDs  atomic.Int64
+	cfg        config
+	script     atomic.Pointer[Script]
+	counters   *counters
+	connIDs    atomic.Int64
+	txns       *txnTable     // retryable-write records (replica-set mode)
+	failPoints *failPoints   // configureFailPoint state
+	procID     bson.ObjectID // topologyVersion.processId (replica-set mode)
+
+	topoMu      sync.Mutex
+	topoCh      chan struct{} // closed to answer the awaitable hellos now
+	topoCounter int64         // topologyVersion.counter
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -127,24 +163,37 @@ type Proxy struct {
 	wg       sync.WaitGroup
 }
 
-// New returns an unstarted proxy. It returns the first option's error,
-// if any.
+// New returns an unstarted proxy. It applies opts in order and returns
+// the errors of every bad option (a nil Option among them, named by its
+// position), joined with errors.Join; it never panics.
 func New(opts ...Option) (*Proxy, error) {
 	cfg := config{
 		listenAddr:     "127.0.0.1:0",
 		maxWireVersion: DefaultMaxWireVersion,
 		dialTimeout:    DefaultDialTimeout,
 	}
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
+	var errs []error
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("faultproxy: option %d is nil", i))
+			continue
+		}
+		if err := o.apply(&cfg); err != nil {
+			errs = append(errs, err)
 		}
 	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
 	p := &Proxy{
-		cfg:      cfg,
-		counters: newCounters(),
-		sessions: map[*session]struct{}{},
-		done:     make(chan struct{}),
+		cfg:        cfg,
+		counters:   newCounters(),
+		txns:       newTxnTable(),
+		failPoints: &failPoints{},
+		procID:     bson.NewObjectID(),
+		topoCh:     make(chan struct{}),
+		sessions:   map[*session]struct{}{},
+		done:       make(chan struct{}),
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.script.Store(cfg.script)
@@ -197,7 +246,8 @@ func (p *Proxy) SetScript(s *Script) { p.script.Store(s) }
 func (p *Proxy) Stats() Stats { return p.counters.snapshot() }
 
 // Reset zeroes the counters and the current script's occurrence counts,
-// so that the next matching command is occurrence 1 again.
+// so that the next matching command is occurrence 1 again. Fail points
+// (configureFailPoint) and the retryable-write records are kept.
 func (p *Proxy) Reset() {
 	p.counters.reset()
 	p.script.Load().reset()
@@ -265,6 +315,9 @@ type session struct {
 	mu      sync.Mutex
 	backend net.Conn
 	closed  bool
+
+	txn     *txnCtx // the retryable write being executed (replica-set mode)
+	appName string  // client.application.name of the handshake
 }
 
 var errCloseClient = errors.New("faultproxy: closing the client connection")
@@ -400,10 +453,23 @@ func (s *session) handleQuery(m *message) error {
 	}
 	cmd.fillNamespace()
 	s.p.counters.command(cmd, 0)
+	if name, ok := clientAppName(cmd.Body); ok && isHello(cmd.Name) {
+		s.appName = name
+	}
 	if !s.null() {
 		reply, err := s.roundTrip(m.raw, true)
 		if err != nil {
 			return err
+		}
+		if s.rsUpstream() && isHello(cmd.Name) {
+			body, err := replyBody(reply)
+			if err != nil {
+				return err
+			}
+			if body, err = s.p.rewriteHello(body, true); err != nil {
+				return err
+			}
+			return s.writeClient(encodeOpReply(body, m.requestID))
 		}
 		return s.writeClient(reply.raw)
 	}
@@ -424,8 +490,18 @@ func cutLast(s, sep string) (before, after string, found bool) {
 }
 
 // forward sends cmd (re-encoded) to the upstream server or the null
-// backend and returns the reply document.
+// backend and returns the reply document. A part of a retryable write in
+// replica-set mode goes through the retryable-write record.
 func (s *session) forward(cmd *Command) (bson.Raw, error) {
+	if s.txn != nil && isRetryableWrite(cmd.Name) {
+		return s.forwardRetryable(s.txn, cmd)
+	}
+	return s.forwardPlain(cmd)
+}
+
+// forwardPlain sends cmd (re-encoded) to the upstream server or the null
+// backend and returns the reply document.
+func (s *session) forwardPlain(cmd *Command) (bson.Raw, error) {
 	s.p.counters.forward(cmd.Name, len(cmd.Statements()))
 	if s.null() {
 		return bson.Marshal(s.p.nullReply(cmd, s.connID))
@@ -453,10 +529,58 @@ func (s *session) handleMsg(m *message) error {
 	stmts := cmd.Statements()
 	s.p.counters.command(cmd, statementCount(cmd, stmts))
 	noReply := om.flags&wiremessage.MoreToCome != 0
+	if name, ok := clientAppName(cmd.Body); ok && isHello(cmd.Name) {
+		s.appName = name
+	}
+	if cmd.Name == "configureFailPoint" {
+		return s.sendBody(m.requestID, s.p.failPoints.configure(cmd))
+	}
+	fpa := s.p.failPointAction(cmd, s.appName)
+	if fpa.fired {
+		s.p.counters.fault(FaultFailPoint, 1)
+		if fpa.block > 0 && !s.sleep(fpa.block) {
+			return errCloseClient
+		}
+		if fpa.errReply != nil && stateChangeCodes[fpa.code] {
+			s.p.topologyEvent()
+		}
+		switch {
+		case fpa.closeConn:
+			return errCloseClient
+		case fpa.errReply != nil:
+			if noReply {
+				return nil
+			}
+			return s.sendBody(m.requestID, fpa.errReply)
+		}
+	}
+	rsHello := s.rsUpstream() && isHello(cmd.Name)
+	if s.rsUpstream() {
+		if inTransaction(cmd) {
+			if noReply {
+				return nil
+			}
+			return s.sendBody(m.requestID, errTransactions())
+		}
+		if t := s.beginRetryable(cmd); t != nil {
+			s.txn = t
+			defer func() {
+				s.txn = nil
+				t.rec.mu.Unlock()
+			}()
+		}
+	}
 	script := s.p.script.Load()
 	fault, fired := script.fire(cmd)
 	if fired && fault.kind != FaultDocument {
 		s.p.counters.fault(fault.kind, 1)
+	}
+	if fired && (fault.kind == FaultErrorReply || fault.kind == FaultApplyThenError) && stateChangeCodes[fault.cmdErr.Code] ||
+		fired && fault.kind == FaultWriteConcernError && stateChangeCodes[fault.wce.Code] {
+		s.p.topologyEvent()
+	}
+	if rsHello && !fired {
+		return s.serveHello(cmd, m.requestID, om.flags&wiremessage.ExhaustAllowed != 0)
 	}
 
 	validator := script.validator(cmd.Namespace)
@@ -475,12 +599,12 @@ func (s *session) handleMsg(m *message) error {
 		if noReply {
 			return nil
 		}
-		return s.sendBody(m.requestID, errorReplyDoc(fault.cmdErr))
+		return s.sendBody(m.requestID, s.p.errorReply(fault.cmdErr))
 	case fired && fault.kind == FaultErrorReply:
 		if noReply {
 			return nil
 		}
-		return s.sendBody(m.requestID, errorReplyDoc(fault.cmdErr))
+		return s.sendBody(m.requestID, s.p.errorReply(fault.cmdErr))
 	case fired && fault.kind == FaultCloseBeforeForward:
 		return errCloseClient
 	case fired && fault.kind == FaultCustom:
@@ -499,9 +623,9 @@ func (s *session) handleMsg(m *message) error {
 		docFault = &fault
 	}
 	perDoc := len(stmts) > 0 && (validator != nil || docFault != nil)
-	modify := perDoc || (fired && fault.kind == FaultWriteConcernError)
+	modify := perDoc || (fired && fault.kind == FaultWriteConcernError) || fpa.wce != nil
 
-	if !modify && !s.null() {
+	if !modify && !s.null() && s.txn == nil && !rsHello {
 		// Plain forwarding: relay the server's bytes unchanged.
 		s.p.counters.forward(cmd.Name, len(stmts))
 		reply, err := s.roundTrip(m.raw, !noReply)
@@ -522,6 +646,9 @@ func (s *session) handleMsg(m *message) error {
 	} else {
 		body, err = s.forward(cmd)
 	}
+	if err == nil && rsHello {
+		body, err = s.p.rewriteHello(body, cmd.Name != "hello")
+	}
 	if err != nil {
 		return err
 	}
@@ -537,6 +664,21 @@ func (s *session) handleMsg(m *message) error {
 			if err != nil {
 				return err
 			}
+			if body, err = s.p.withTopologyVersion(body, fault.wce.Code); err != nil {
+				return err
+			}
+		}
+	}
+	if fpa.wce != nil {
+		if body, err = addFailPointWCE(body, fpa.wce, fpa.labels); err != nil {
+			return err
+		}
+		code, _ := fpa.wce.Lookup("code").AsInt64OK()
+		if stateChangeCodes[int32(code)] {
+			s.p.topologyEvent()
+		}
+		if body, err = s.p.withTopologyVersion(body, int32(code)); err != nil {
+			return err
 		}
 	}
 	return s.writeClient(encodeReplyMsg(body, m.requestID))
@@ -575,15 +717,23 @@ func (s *session) postForward(f Fault) error {
 	case FaultCloseAfterForward:
 		return errCloseClient
 	case FaultDelay:
-		t := time.NewTimer(f.delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-s.p.done:
+		if !s.sleep(f.delay) {
 			return errCloseClient
 		}
 	}
 	return nil
+}
+
+// sleep waits for d; it returns false if the proxy closed meanwhile.
+func (s *session) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.p.done:
+		return false
+	}
 }
 
 func (s *session) sendBody(responseTo int32, d bson.D) error {

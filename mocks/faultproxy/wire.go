@@ -148,6 +148,15 @@ func encodeReplyMsg(body []byte, responseTo int32) []byte {
 	return m.encode(wiremessage.NextRequestID(), responseTo)
 }
 
+// encodeStreamingReply builds an OP_MSG reply with the moreToCome flag (an
+// exhaust reply: another one follows without a request) and returns it
+// with its requestID, which the next reply answers.
+func encodeStreamingReply(body []byte, responseTo int32) ([]byte, int32) {
+	m := &opMsg{body: body, flags: wiremessage.MoreToCome}
+	id := wiremessage.NextRequestID()
+	return m.encode(id, responseTo), id
+}
+
 // opQuery is the part of a legacy OP_QUERY the proxy needs.
 type opQuery struct {
 	collection string

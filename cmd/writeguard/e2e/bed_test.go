@@ -53,7 +53,7 @@ func cbRealURI() string { return os.Getenv("MONGODB_URI") }
 func cbRequireReal(t testing.TB, why string) {
 	t.Helper()
 	if cbRealURI() == "" {
-		t.Skipf("needs a real MongoDB (%s): set MONGODB_URI=mongodb://host:port/ to run it", why)
+		t.Skipf("backend: bed (faultproxy over embedded FerretDB), which cannot run this: needs a real MongoDB (%s); set MONGODB_URI=mongodb://host:port/ to run it", why)
 	}
 }
 
@@ -158,6 +158,7 @@ type caseBed struct {
 
 type cbConfig struct {
 	retryWrites bool
+	replicaSet  bool
 	clientOpts  []func(*options.ClientOptions)
 }
 
@@ -169,6 +170,13 @@ type cbOption func(*cbConfig)
 // standalone (FerretDB) the driver still retries only overload errors
 // (maxAdaptiveRetries), never plain retryable writes.
 func cbRetryWrites() cbOption { return func(c *cbConfig) { c.retryWrites = true } }
+
+// cbReplicaSet puts the proxy in replica-set mode in front of the
+// embedded FerretDB (faultproxy.WithReplicaSet): the driver sees the
+// primary of a one-member replica set, retries retryable writes, and the
+// proxy executes each (lsid, txnNumber) once and answers
+// configureFailPoint. Under MONGODB_URI the real server is used as it is.
+func cbReplicaSet() cbOption { return func(c *cbConfig) { c.replicaSet = true } }
 
 // cbClientOptions edits the app client's options.
 func cbClientOptions(f func(*options.ClientOptions)) cbOption {
@@ -218,7 +226,12 @@ func newCaseBed(t testing.TB, opts ...cbOption) *caseBed {
 	if b.server == nil {
 		upstream = b.realUpstream(directOpts)
 	}
-	p, err := faultproxy.New(faultproxy.WithUpstream(upstream))
+	popts := []faultproxy.Option{faultproxy.WithUpstream(upstream)}
+	if cfg.replicaSet && b.server != nil {
+		popts = append(popts, faultproxy.WithReplicaSet("rs0"))
+		b.replicaSet = true
+	}
+	p, err := faultproxy.New(popts...)
 	if err != nil {
 		t.Fatalf("faultproxy.New: %v", err)
 	}
@@ -302,6 +315,44 @@ func (b *caseBed) close() {
 			}
 		}
 	})
+}
+
+// backend names the backend the test ran on, for its log and skip
+// messages.
+func (b *caseBed) backend() string {
+	switch {
+	case b.server != nil && b.replicaSet:
+		return "bed: faultproxy replica set over embedded FerretDB"
+	case b.server != nil:
+		return "bed: faultproxy over embedded FerretDB (standalone)"
+	case b.replicaSet:
+		return "real MongoDB replica set (MONGODB_URI)"
+	}
+	return "real MongoDB standalone (MONGODB_URI)"
+}
+
+// failPoint runs configureFailPoint cmd where the backend keeps its fail
+// points: on the real server (directly) under MONGODB_URI, else on the
+// proxy. The fail point is turned off at the end of the test.
+func (b *caseBed) failPoint(cmd bson.D) error {
+	b.t.Helper()
+	c := b.app
+	if b.server == nil {
+		c = b.direct
+	}
+	err := c.Database("admin").RunCommand(b.ctx, cmd).Err()
+	if err != nil && b.server != nil {
+		// The app client's pool may have been cleared by a dropped
+		// connection; RunCommand is not retried by the driver.
+		err = c.Database("admin").RunCommand(b.ctx, cmd).Err()
+	}
+	if err == nil && len(cmd) > 0 {
+		name := cmd[0].Value
+		b.t.Cleanup(func() {
+			_ = c.Database("admin").RunCommand(context.Background(), cbD("configureFailPoint", name, "mode", "off")).Err()
+		})
+	}
+	return err
 }
 
 // ns returns "<db>.<coll>".

@@ -8,9 +8,9 @@ package e2e
 // Fault tools of CASES.md and what stands for them here:
 //   - F1 failCommand: faultproxy ErrorReply (ok: 0, not forwarded),
 //     WriteConcernErrorReply (forwarded, writeConcernError added),
-//     CloseBeforeForward (closeConnection: nothing applied). Under
-//     MONGODB_URI, C15 also uses the server's own failCommand when test
-//     commands are enabled.
+//     CloseBeforeForward (closeConnection: nothing applied). C15 also
+//     uses configureFailPoint failCommand: the proxy's emulation on the
+//     bed, the server's own under MONGODB_URI (test commands enabled).
 //   - F2/F3 reply lost after apply: CloseAfterForward; a reply held past a
 //     deadline: Delay.
 //   - F4 scripted replies: ErrorReply and RejectDocuments with the exact
@@ -829,19 +829,22 @@ func TestC15WriteConcernErrorIsWrittenUnconfirmed(t *testing.T) {
 			t.Errorf("%d write concern errors injected, want 2", n)
 		}
 	})
+	// The server's failCommand fail point: on the bed the proxy's
+	// emulation (replica-set mode over FerretDB), under MONGODB_URI the
+	// server's own.
 	t.Run("server failCommand", func(t *testing.T) {
-		cbRequireReal(t, "the failCommand fail point")
-		b := newCaseBed(t, cbClientOptions(func(o *options.ClientOptions) { o.SetAppName("wg-e2e-c15") }))
-		err := b.direct.Database("admin").RunCommand(b.ctx, cbD(
+		b := newCaseBed(t, cbReplicaSet(), cbClientOptions(func(o *options.ClientOptions) { o.SetAppName("wg-e2e-c15") }))
+		t.Logf("backend: %s", b.backend())
+		err := b.failPoint(cbD(
 			"configureFailPoint", "failCommand", "mode", cbD("times", 2),
 			"data", cbD("failCommands", bson.A{"insert"}, "appName", "wg-e2e-c15",
-				"writeConcernError", cbD("code", 64, "codeName", "WriteConcernTimeout", "errmsg", "waiting for replication timed out", "errInfo", cbD("wtimeout", true))))).Err()
-		if err != nil {
-			t.Skipf("configureFailPoint refused (test commands disabled? start mongod with --setParameter enableTestCommands=1): %v", err)
+				"writeConcernError", cbD("code", 64, "codeName", "WriteConcernTimeout", "errmsg", "waiting for replication timed out", "errInfo", cbD("wtimeout", true)))))
+		if err != nil && b.server == nil {
+			t.Skipf("backend %s refused configureFailPoint (test commands disabled? start mongod with --setParameter enableTestCommands=1): %v", b.backend(), err)
 		}
-		t.Cleanup(func() {
-			_ = b.direct.Database("admin").RunCommand(context.Background(), cbD("configureFailPoint", "failCommand", "mode", "off")).Err()
-		})
+		if err != nil {
+			t.Fatalf("configureFailPoint on %s: %v", b.backend(), err)
+		}
 		g := b.guard("c15")
 		run(t, b, g)
 	})
@@ -1103,15 +1106,16 @@ func TestC21DeadlineDuringFlight(t *testing.T) {
 }
 
 // C22: a failure that never heals (every insert's connection closed
-// before it is forwarded) stops after writeguard's 3 attempts: at most
-// 2 x 3 = 6 insert commands with the driver's retryable writes (a replica
-// set under MONGODB_URI), 3 against FerretDB (a standalone: the driver
-// does not retry); the documents end exhausted with their ids, never
-// dead-lettered. Variant: an unreachable server: one classified error for
+// before it is forwarded) stops after writeguard's 3 attempts: 2 x 3 = 6
+// insert commands with the driver's retryable writes (the bed in
+// replica-set mode, or a replica set under MONGODB_URI), 3 against a
+// standalone (the driver does not retry); the documents end exhausted
+// with their ids, never dead-lettered. Variant: an unreachable server: one classified error for
 // the call after the budget, not a loop per document.
 func TestC22NoRetryStorm(t *testing.T) {
 	t.Run("connection closed on every insert", func(t *testing.T) {
-		b := newCaseBed(t, cbRetryWrites())
+		b := newCaseBed(t, cbRetryWrites(), cbReplicaSet())
+		t.Logf("backend: %s", b.backend())
 		g := b.guard("c22", writeguard.WithBackoff(policy.Backoff{Base: 10 * time.Millisecond, MaxAttempts: 3, MaxElapsed: 10 * time.Second}))
 		b.script(faultproxy.On("insert").In(b.ns("c22")).Always().Do(faultproxy.CloseBeforeForward()))
 		t0 := time.Now()
