@@ -289,10 +289,7 @@ func (c *call) giveUp(ctx context.Context, its []*item, why policy.StopReason) {
 	}
 	var td todo
 	canRead := ctx.Err() == nil
-	fallback := Exhausted
-	if why == policy.StopOrdered || why == policy.StopConfiguration {
-		fallback = NotAttempted
-	}
+	fallback := policy.ReadBackFallback(why)
 	for _, it := range its {
 		if it.disp != "" || it.parked {
 			continue

@@ -237,6 +237,22 @@ func GiveUp(f GiveUpFacts) Decision {
 	return settle(Exhausted, "retries_spent")
 }
 
+// ReadBackFallback is the disposition of a possibly applied insert whose
+// read-back, when its retries stopped for reason why, found nothing or
+// failed: not_attempted when the server never executed the write's rest
+// (an ordered write's tail, a configuration failure); unknown when the
+// context ended (the write may still be in flight on the server); exhausted
+// otherwise. The Outcome keeps MaybeWritten.
+func ReadBackFallback(why StopReason) Disposition {
+	switch why {
+	case StopOrdered, StopConfiguration:
+		return NotAttempted
+	case StopContext:
+		return OutcomeUnknown
+	}
+	return Exhausted
+}
+
 // AfterReadBack decides what a read-back of an insert's _id proved. found
 // says whether a document with that _id is stored, same whether it equals
 // the document sent (SameDocument), unconfirmed whether a write concern
