@@ -5,13 +5,13 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard/hooks"
+	"github.com/writeguard/writeguard/internal/loglimit"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -64,8 +64,7 @@ type Guarded struct {
 	database   string
 	collection string
 
-	logMu    sync.Mutex
-	loggedAt map[int32]time.Time
+	logLimit *loglimit.Limiter
 }
 
 // Wrap returns a guarded coll. It returns an error naming the first
@@ -102,7 +101,7 @@ func New(t Target, opts ...Option) (*Guarded, error) {
 		hooks:      hooks.Compose(cfg.hooks...),
 		observed:   len(cfg.hooks) > 0,
 		collection: t.Name(),
-		loggedAt:   map[int32]time.Time{},
+		logLimit:   loglimit.New(time.Minute, cfg.clock.Now),
 	}
 	if ns, ok := t.(interface{ Namespace() string }); ok {
 		if db, _, found := strings.Cut(ns.Namespace(), "."); found {
@@ -130,7 +129,7 @@ func (g *Guarded) Classifier() policy.Classifier { return g.classifier }
 
 // logUnknown logs an unclassified code at most once a minute per code.
 func (g *Guarded) logUnknown(ctx context.Context, f *policy.Failure, op string) {
-	if !g.rateOK(f.Code) {
+	if !g.logLimit.Allow(int64(f.Code)) {
 		return
 	}
 	g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "writeguard: unclassified write error; not retried",
@@ -140,21 +139,10 @@ func (g *Guarded) logUnknown(ctx context.Context, f *policy.Failure, op string) 
 }
 
 func (g *Guarded) logBudget(ctx context.Context, op string, docs int) {
-	const budgetKey = -1 << 31
-	if !g.rateOK(budgetKey) {
+	const budgetKey = 1 << 32 // outside the int32 range of codes
+	if !g.logLimit.Allow(budgetKey) {
 		return
 	}
 	g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "writeguard: retry budget exhausted; retries refused",
 		slog.String("operation", op), slog.String("namespace", g.Namespace()), slog.Int("documents", docs))
-}
-
-func (g *Guarded) rateOK(key int32) bool {
-	now := time.Now()
-	g.logMu.Lock()
-	defer g.logMu.Unlock()
-	if last, ok := g.loggedAt[key]; ok && now.Sub(last) < time.Minute {
-		return false
-	}
-	g.loggedAt[key] = now
-	return true
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+
+	"github.com/writeguard/writeguard/internal/loglimit"
 )
 
 func TestNewConfigDefaults(t *testing.T) {
@@ -44,25 +46,19 @@ func TestWithServerAddress(t *testing.T) {
 
 func TestLimiter(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	l := &limiter{now: func() time.Time { return now }, last: map[int64]time.Time{}}
-	if !l.allow(8000) || l.allow(8000) {
+	l := loglimit.New(time.Minute, func() time.Time { return now })
+	if !l.Allow(8000) || l.Allow(8000) {
 		t.Fatal("want the first record of a code through and the second held")
 	}
-	if !l.allow(8001) || !l.allow(budgetKey) {
+	if !l.Allow(8001) || !l.Allow(budgetKey) {
 		t.Error("another key is held")
 	}
 	now = now.Add(59 * time.Second)
-	if l.allow(8000) {
+	if l.Allow(8000) {
 		t.Error("a record passed within the minute")
 	}
 	now = now.Add(time.Second)
-	if !l.allow(8000) {
+	if !l.Allow(8000) {
 		t.Error("a record was held after a minute")
-	}
-	for i := int64(0); i < 2*maxLimiterKeys; i++ {
-		l.allow(i + 100_000)
-	}
-	if n := len(l.last); n > maxLimiterKeys {
-		t.Errorf("limiter holds %d keys, want at most %d", n, maxLimiterKeys)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/writeguard/writeguard/hooks"
+	"github.com/writeguard/writeguard/internal/loglimit"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -71,7 +72,7 @@ type handler struct {
 	tracer trace.Tracer
 	logger *slog.Logger
 	server []attribute.KeyValue
-	limit  *limiter
+	limit  *loglimit.Limiter
 
 	duration     metric.Float64Histogram
 	inputs       metric.Int64Counter
@@ -86,7 +87,7 @@ func newHandler(c *config) (*handler, error) {
 			trace.WithInstrumentationVersion(Version), trace.WithSchemaURL(semconv.SchemaURL)),
 		logger: c.logger,
 		server: c.server,
-		limit:  &limiter{now: c.now, last: map[int64]time.Time{}},
+		limit:  loglimit.New(time.Minute, c.now),
 	}
 	m := c.meterProvider.Meter(ScopeName,
 		metric.WithInstrumentationVersion(Version), metric.WithSchemaURL(semconv.SchemaURL))
@@ -332,7 +333,7 @@ func (h *handler) budgetExhausted(ctx context.Context, ev *hooks.BudgetExhausted
 			keyDocuments.Int(ev.Documents),
 		}, code(ev.Code)...)...))
 	}
-	if h.limit.allow(budgetKey) {
+	if h.limit.Allow(budgetKey) {
 		h.logger.LogAttrs(ctx, slog.LevelWarn, "otelhook: retry budget exhausted; retries refused",
 			slog.String("operation", ev.Op.Name), slog.String("collection", ev.Op.Collection),
 			slog.String("database", ev.Op.Database), slog.Int("documents", ev.Documents), slog.Int("code", int(ev.Code)))
@@ -401,7 +402,7 @@ func dispAttrs(base []attribute.KeyValue, k dispKey) []attribute.KeyValue {
 
 func (h *handler) countUnclassified(ctx context.Context, op *hooks.Operation, c int32, codeName string) {
 	h.unclassified.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(with(h.callAttrs(ctx, op), code(c)...)...))
-	if h.limit.allow(int64(c)) {
+	if h.limit.Allow(int64(c)) {
 		h.logger.LogAttrs(ctx, slog.LevelWarn, "otelhook: unclassified write failure; not retried",
 			slog.String("operation", op.Name), slog.String("collection", op.Collection),
 			slog.String("database", op.Database), slog.Int("code", int(c)), slog.String("code_name", codeName))
@@ -482,29 +483,4 @@ func unhandledText(ev *hooks.OperationEnd, sortedNames []string) string {
 		return failureText(ev.Code, ev.Class)
 	}
 	return "unhandled: " + strings.Join(parts, ", ")
-}
-
-// limiter lets one log record per key through per minute.
-type limiter struct {
-	now  func() time.Time
-	mu   sync.Mutex
-	last map[int64]time.Time
-}
-
-// maxLimiterKeys bounds the limiter's memory should a server send
-// unboundedly many distinct codes; past it the limiter starts afresh.
-const maxLimiterKeys = 1024
-
-func (l *limiter) allow(key int64) bool {
-	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if t, ok := l.last[key]; ok && now.Sub(t) < time.Minute {
-		return false
-	}
-	if len(l.last) >= maxLimiterKeys {
-		clear(l.last)
-	}
-	l.last[key] = now
-	return true
 }
