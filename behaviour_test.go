@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -134,27 +135,31 @@ func mustMarshal(v any) bson.Raw {
 // A cancelled context ends the backoff at once and keeps the last server
 // error visible.
 func TestCancelDuringBackoff(t *testing.T) {
-	// 6 HostUnreachable: transient, and (outside the Interruption and
-	// NotPrimaryError categories) proof that nothing was applied.
-	fake := mocks.NewFake("db.cancel").Script(mocks.Reply(`{"ok":0,"code":6,"codeName":"HostUnreachable","errmsg":"unreachable","errorLabels":["RetryableWriteError"]}`))
-	g, err := writeguard.New(fake, writeguard.WithBackoff(policy.Backoff{Base: time.Hour, Cap: time.Hour, MaxElapsed: -1, Jitter: func() float64 { return 0.99 }}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	time.AfterFunc(50*time.Millisecond, cancel)
-	t0 := time.Now()
-	_, err = g.InsertOne(cctx, bson.D{{Key: "_id", Value: 1}})
-	if d := time.Since(t0); d > 5*time.Second {
-		t.Fatalf("returned after %v", d)
-	}
-	var ce mongo.CommandError
-	if !errors.As(err, &ce) || ce.Code != 6 {
-		t.Errorf("err = %v, want the last server error (6) reachable", err)
-	}
-	if !errors.Is(err, context.Canceled) || !errors.Is(err, writeguard.ErrExhausted) {
-		t.Errorf("err = %v, want context.Canceled and ErrExhausted", err)
-	}
+	// In a testing/synctest bubble: the backoff waits and deadlines
+	// run on the bubble's clock and take no real time.
+	synctest.Test(t, func(t *testing.T) {
+		// 6 HostUnreachable: transient, and (outside the Interruption and
+		// NotPrimaryError categories) proof that nothing was applied.
+		fake := mocks.NewFake("db.cancel").Script(mocks.Reply(`{"ok":0,"code":6,"codeName":"HostUnreachable","errmsg":"unreachable","errorLabels":["RetryableWriteError"]}`))
+		g, err := writeguard.New(fake, writeguard.WithBackoff(policy.Backoff{Base: time.Hour, Cap: time.Hour, MaxElapsed: -1, Jitter: func() float64 { return 0.99 }}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(50*time.Millisecond, cancel)
+		t0 := time.Now()
+		_, err = g.InsertOne(cctx, bson.D{{Key: "_id", Value: 1}})
+		if d := time.Since(t0); d > 5*time.Second {
+			t.Fatalf("returned after %v", d)
+		}
+		var ce mongo.CommandError
+		if !errors.As(err, &ce) || ce.Code != 6 {
+			t.Errorf("err = %v, want the last server error (6) reachable", err)
+		}
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, writeguard.ErrExhausted) {
+			t.Errorf("err = %v, want context.Canceled and ErrExhausted", err)
+		}
+	})
 }
 
 // Update models are re-sent after a lost reply only when marked

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -195,7 +196,7 @@ func TestC04DuplicateKeyIsNeverRetried(t *testing.T) {
 	if n := len(fake.Calls()); n != 1 {
 		t.Errorf("%d commands, want 1", n)
 	}
-	if s := fx.clock.Sleeps(); len(s) != 0 {
+	if s := fx.sleeps(); len(s) != 0 {
 		t.Errorf("slept %v, want no backoff", s)
 	}
 }
@@ -276,7 +277,7 @@ func TestC08OrderedResumesAfterDeadLetter(t *testing.T) {
 	if len(calls) != 2 || calls[1].Models != 3 {
 		t.Errorf("calls = %+v, want 2 with the second sending c, d, e", calls)
 	}
-	if s := fx.clock.Sleeps(); len(s) != 0 {
+	if s := fx.sleeps(); len(s) != 0 {
 		t.Errorf("slept %v: resuming after a handled document is not a retry", s)
 	}
 
@@ -391,7 +392,7 @@ func TestC19OverloadLabels(t *testing.T) {
 		if _, err := fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: "o1"}}); err != nil {
 			t.Fatalf("err = %v", err)
 		}
-		s := fx.clock.Sleeps()
+		s := fx.sleeps()
 		if len(s) != 1 || s[0] < 0 || s[0] >= policy.DefaultBase {
 			t.Errorf("sleeps %v, want one in [0, 100ms)", s)
 		}
@@ -442,7 +443,7 @@ func TestC20CosmosThrottledTail(t *testing.T) {
 	if len(calls) != 2 || calls[1].Models != 5 {
 		t.Fatalf("calls %+v, want 2, the second re-sending 5 documents", calls)
 	}
-	if s := fx.clock.Sleeps(); len(s) != 1 || s[0] < 8*time.Millisecond {
+	if s := fx.sleeps(); len(s) != 1 || s[0] < 8*time.Millisecond {
 		t.Errorf("sleeps %v, want one of at least RetryAfterMs=8", s)
 	}
 	if n := len(fake.Docs()); n != 30 || len(fx.sink.Envelopes()) != 0 {
@@ -453,34 +454,38 @@ func TestC20CosmosThrottledTail(t *testing.T) {
 // C21: the context deadline ends the call at once; the applied documents
 // are reported unknown with their ids, and no wait passes the deadline.
 func TestC21DeadlineDuringFlight(t *testing.T) {
-	fake := mocks.NewFake("db.c21").Script(mocks.Hang())
-	g, err := writeguard.New(fake, writeguard.WithDeadLetter(&mocks.Sink{}), writeguard.WithBackoff(policy.Backoff{Base: 500 * time.Millisecond}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	t0 := time.Now()
-	_, err = g.InsertMany(cctx, []any{bson.D{{Key: "_id", Value: "t1"}}, bson.D{{Key: "_id", Value: "t2"}}})
-	elapsed := time.Since(t0)
-	if elapsed > 2*time.Second {
-		t.Errorf("returned after %v, want about 300ms", elapsed)
-	}
-	if !mongo.IsTimeout(err) {
-		t.Errorf("mongo.IsTimeout(%v) = false", err)
-	}
-	var r *writeguard.Report
-	if !errors.As(err, &r) {
-		t.Fatalf("err = %v", err)
-	}
-	for _, o := range r.Outcomes {
-		if o.Disposition != writeguard.OutcomeUnknown || o.ID == nil || !o.MaybeWritten {
-			t.Errorf("outcome %+v, want unknown with its id", o)
+	// In a testing/synctest bubble: the backoff waits and deadlines
+	// run on the bubble's clock and take no real time.
+	synctest.Test(t, func(t *testing.T) {
+		fake := mocks.NewFake("db.c21").Script(mocks.Hang())
+		g, err := writeguard.New(fake, writeguard.WithDeadLetter(&mocks.Sink{}), writeguard.WithBackoff(policy.Backoff{Base: 500 * time.Millisecond}))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if n := len(fake.Docs()); n != 2 {
-		t.Errorf("%d stored, want 2 (exactly once each)", n)
-	}
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		t0 := time.Now()
+		_, err = g.InsertMany(cctx, []any{bson.D{{Key: "_id", Value: "t1"}}, bson.D{{Key: "_id", Value: "t2"}}})
+		elapsed := time.Since(t0)
+		if elapsed > 2*time.Second {
+			t.Errorf("returned after %v, want about 300ms", elapsed)
+		}
+		if !mongo.IsTimeout(err) {
+			t.Errorf("mongo.IsTimeout(%v) = false", err)
+		}
+		var r *writeguard.Report
+		if !errors.As(err, &r) {
+			t.Fatalf("err = %v", err)
+		}
+		for _, o := range r.Outcomes {
+			if o.Disposition != writeguard.OutcomeUnknown || o.ID == nil || !o.MaybeWritten {
+				t.Errorf("outcome %+v, want unknown with its id", o)
+			}
+		}
+		if n := len(fake.Docs()); n != 2 {
+			t.Errorf("%d stored, want 2 (exactly once each)", n)
+		}
+	})
 }
 
 // C22: a failure that never heals stops after the configured attempts,
@@ -512,7 +517,7 @@ func TestC22NoRetryStorm(t *testing.T) {
 		t.Error("a transient failure was dead-lettered")
 	}
 	want := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}
-	if diff := cmp.Diff(want, fx.clock.Sleeps()); diff != "" {
+	if diff := cmp.Diff(want, fx.sleeps()); diff != "" {
 		t.Errorf("backoff schedule (-want +got):\n%s", diff)
 	}
 }
@@ -605,8 +610,8 @@ func TestC27ConfigurationErrors(t *testing.T) {
 		if !errors.Is(err, writeguard.ErrConfiguration) || !strings.Contains(err.Error(), "retryWrites=false") {
 			t.Errorf("err %q does not name the setting", err)
 		}
-		if len(fake.Calls()) != 1 || len(fx.sink.Envelopes()) != 0 || len(fx.clock.Sleeps()) != 0 {
-			t.Errorf("calls %d, DLQ %d, sleeps %d; want 1, 0, 0", len(fake.Calls()), len(fx.sink.Envelopes()), len(fx.clock.Sleeps()))
+		if len(fake.Calls()) != 1 || len(fx.sink.Envelopes()) != 0 || len(fx.sleeps()) != 0 {
+			t.Errorf("calls %d, DLQ %d, sleeps %d; want 1, 0, 0", len(fake.Calls()), len(fx.sink.Envelopes()), len(fx.sleeps()))
 		}
 	})
 	t.Run("79 as a write concern error", func(t *testing.T) {
@@ -639,7 +644,7 @@ func TestC29InsideTransaction(t *testing.T) {
 	if errors.As(err, &r) {
 		t.Error("a Report was returned inside a transaction")
 	}
-	if len(fake.Calls()) != 1 || len(fx.sink.Envelopes()) != 0 || len(fx.clock.Sleeps()) != 0 {
-		t.Errorf("calls %d, DLQ %d, sleeps %d; want 1, 0, 0", len(fake.Calls()), len(fx.sink.Envelopes()), len(fx.clock.Sleeps()))
+	if len(fake.Calls()) != 1 || len(fx.sink.Envelopes()) != 0 || len(fx.sleeps()) != 0 {
+		t.Errorf("calls %d, DLQ %d, sleeps %d; want 1, 0, 0", len(fake.Calls()), len(fx.sink.Envelopes()), len(fx.sleeps()))
 	}
 }

@@ -66,7 +66,7 @@ func (c *call) deadLetter(ctx context.Context, its []*item) {
 		}
 		return
 	}
-	now := time.Now().UTC().Truncate(time.Millisecond)
+	now := g.cfg.clock.Now().UTC().Truncate(time.Millisecond)
 	envs := make([]envelope.Envelope, len(its))
 	var traceID, spanID string
 	if g.hooks.TraceIDs != nil {

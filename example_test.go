@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -102,7 +103,7 @@ func ExampleWithClassifier() {
 		}
 		return policy.Unknown // let the default table decide
 	})
-	orders, err := writeguard.New(fake, writeguard.WithClassifier(atlas), writeguard.WithClock(mocks.NewClock(fakeStart)))
+	orders, err := writeguard.New(fake, writeguard.WithClassifier(atlas), writeguard.WithBackoff(policy.Backoff{Base: time.Millisecond}))
 	if err != nil {
 		log.Fatal(err)
 	}

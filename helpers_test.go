@@ -12,19 +12,28 @@ import (
 )
 
 type fixture struct {
-	fake  *mocks.Fake
-	sink  *mocks.Sink
-	clock *mocks.Clock
-	rec   *mocks.Recorder
-	g     *writeguard.Guarded
+	fake *mocks.Fake
+	sink *mocks.Sink
+	rec  *mocks.Recorder
+	g    *writeguard.Guarded
+}
+
+// sleeps returns the backoff waits of the fixture's calls, in order, as
+// the hooks reported them (each is waited on the real clock: tests that
+// wait run in a testing/synctest bubble, where waiting takes no time).
+func (fx *fixture) sleeps() []time.Duration {
+	var out []time.Duration
+	for _, r := range fx.rec.Retries() {
+		out = append(out, r.Delay)
+	}
+	return out
 }
 
 func newFixture(t *testing.T, fake *mocks.Fake, opts ...writeguard.Option) *fixture {
 	t.Helper()
-	fx := &fixture{fake: fake, sink: &mocks.Sink{}, clock: mocks.NewClock(time.Unix(1_700_000_000, 0)), rec: &mocks.Recorder{}}
+	fx := &fixture{fake: fake, sink: &mocks.Sink{}, rec: &mocks.Recorder{}}
 	base := []writeguard.Option{
 		writeguard.WithDeadLetter(fx.sink),
-		writeguard.WithClock(fx.clock),
 		writeguard.WithHooks(fx.rec.Hooks()),
 		writeguard.WithBackoff(policy.Backoff{Jitter: func() float64 { return 0.5 }}),
 	}
@@ -54,8 +63,6 @@ func dispositions(r *writeguard.Report) []writeguard.Disposition {
 	}
 	return out
 }
-
-var fakeStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // idString renders an _id as the driver returns it (a Go value) in
 // Extended JSON, to compare it with storedIDs.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -92,7 +93,7 @@ func TestRoutingProperties(t *testing.T) {
 		if err := fake.Seed(bson.D{{Key: "_id", Value: "seed"}, {Key: "k", Value: "taken"}}); err != nil {
 			rt.Fatal(err)
 		}
-		fx := newFixture(t, fake, writeguard.WithBackoff(policy.Backoff{MaxAttempts: 4, Jitter: func() float64 { return 0.5 }}), writeguard.WithBudget(nil))
+		fx := newFixture(t, fake, writeguard.WithBackoff(policy.Backoff{Base: time.Millisecond, Cap: 4 * time.Millisecond, MaxAttempts: 4, Jitter: func() float64 { return 0.5 }}), writeguard.WithBudget(nil))
 		docs := make([]any, n)
 		for i := range docs {
 			d := bson.D{{Key: "n", Value: int32(i)}}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -140,30 +141,34 @@ func TestC33InterruptedBatchPartlyApplied(t *testing.T) {
 // keeps being retried within the budget and MaxElapsed, each wait at least
 // the server's RetryAfterMs.
 func TestC39ThrottledDocumentsKeepRetrying(t *testing.T) {
-	throttled := func() mocks.Fault {
-		var fs []mocks.Fault
-		for i := range 4 {
-			fs = append(fs, mocks.DocError(int32(i), 16500, "Error=16500, RetryAfterMs=12, Details='Response status code does not indicate success: TooManyRequests (429)'"))
+	// In a testing/synctest bubble: the backoff waits and deadlines
+	// run on the bubble's clock and take no real time.
+	synctest.Test(t, func(t *testing.T) {
+		throttled := func() mocks.Fault {
+			var fs []mocks.Fault
+			for i := range 4 {
+				fs = append(fs, mocks.DocError(int32(i), 16500, "Error=16500, RetryAfterMs=12, Details='Response status code does not indicate success: TooManyRequests (429)'"))
+			}
+			return mocks.Combine(fs...)
 		}
-		return mocks.Combine(fs...)
-	}
-	fake := mocks.NewFake("db.c39").Script(throttled(), throttled(), throttled())
-	fx := newFixture(t, fake, writeguard.WithTable(policy.CosmosDB()))
-	docs := make([]any, 4)
-	for i := range docs {
-		docs[i] = bson.D{{Key: "_id", Value: int32(i)}}
-	}
-	if _, err := fx.g.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
-		t.Fatalf("err = %v, want all 4 written on the fourth round", err)
-	}
-	if len(fake.Calls()) != 4 || len(fake.Docs()) != 4 {
-		t.Errorf("%d calls, %d stored; want 4 and 4", len(fake.Calls()), len(fake.Docs()))
-	}
-	for _, s := range fx.clock.Sleeps() {
-		if s < 12*time.Millisecond {
-			t.Errorf("waited %v, less than the server's 12ms", s)
+		fake := mocks.NewFake("db.c39").Script(throttled(), throttled(), throttled())
+		fx := newFixture(t, fake, writeguard.WithTable(policy.CosmosDB()))
+		docs := make([]any, 4)
+		for i := range docs {
+			docs[i] = bson.D{{Key: "_id", Value: int32(i)}}
 		}
-	}
+		if _, err := fx.g.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
+			t.Fatalf("err = %v, want all 4 written on the fourth round", err)
+		}
+		if len(fake.Calls()) != 4 || len(fake.Docs()) != 4 {
+			t.Errorf("%d calls, %d stored; want 4 and 4", len(fake.Calls()), len(fake.Docs()))
+		}
+		for _, s := range fx.sleeps() {
+			if s < 12*time.Millisecond {
+				t.Errorf("waited %v, less than the server's 12ms", s)
+			}
+		}
+	})
 }
 
 // C42: a duplicate on a null unique key identifies nobody: no handler
@@ -388,14 +393,18 @@ func TestC46ErrorMessageCarriesNoValues(t *testing.T) {
 // A write concern error made clean by a read-back is not a success: the
 // document stays written_unconfirmed.
 func TestWriteConcernErrorIsNotClearedByReadBack(t *testing.T) {
-	wce := mocks.WriteConcernError(91, "ShutdownInProgress", "shutting down", "RetryableWriteError")
-	fake := mocks.NewFake("db.wce").Script(wce, mocks.LoseReply())
-	fx := newFixture(t, fake)
-	_, err := fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: "w"}})
-	var r *writeguard.Report
-	if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.WrittenUnconfirmed {
-		t.Fatalf("err = %v, want written_unconfirmed", err)
-	}
+	// In a testing/synctest bubble: the backoff waits and deadlines
+	// run on the bubble's clock and take no real time.
+	synctest.Test(t, func(t *testing.T) {
+		wce := mocks.WriteConcernError(91, "ShutdownInProgress", "shutting down", "RetryableWriteError")
+		fake := mocks.NewFake("db.wce").Script(wce, mocks.LoseReply())
+		fx := newFixture(t, fake)
+		_, err := fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: "w"}})
+		var r *writeguard.Report
+		if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.WrittenUnconfirmed {
+			t.Fatalf("err = %v, want written_unconfirmed", err)
+		}
+	})
 }
 
 // Report.ErrorType is bounded: a code, a class or a disposition.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -241,9 +240,9 @@ func (g *Guarded) inTransaction(ctx context.Context, opName string, n int, send 
 	t0 := g.cfg.clock.Now()
 	ctx = g.hooks.OperationStarted(ctx, op)
 	actx := g.hooks.AttemptStarted(ctx, &hooks.AttemptStart{Op: op, Attempt: 1, Documents: n})
-	a0 := time.Now()
+	a0 := g.cfg.clock.Now()
 	err := send(actx)
-	end := &hooks.AttemptEnd{Op: op, Attempt: 1, Documents: n, Duration: time.Since(a0), Err: err}
+	end := &hooks.AttemptEnd{Op: op, Attempt: 1, Documents: n, Duration: g.cfg.clock.Now().Sub(a0), Err: err}
 	fails := policy.Extract(err)
 	if len(fails) > 0 {
 		end.Code, end.Class, end.Failures = fails[0].Code, g.classifier.Classify(fails[0]), len(fails)

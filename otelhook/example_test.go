@@ -8,7 +8,6 @@ import (
 	"io"
 	"log"
 	"strings"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -55,8 +54,7 @@ func ExampleNew() {
 	g, err := writeguard.New(orders,
 		writeguard.WithHooks(h),
 		writeguard.WithDeadLetter(envelope.SinkFunc(func(context.Context, []envelope.Envelope) error { return nil })),
-		writeguard.WithClock(mocks.NewClock(time.Unix(0, 0))),                         // no real sleeping
-		writeguard.WithBackoff(policy.Backoff{Jitter: func() float64 { return 0.5 }}), // a stable delay
+		writeguard.WithBackoff(policy.Backoff{Jitter: func() float64 { return 0.5 }}), // a stable delay: 50 ms
 	)
 	if err != nil {
 		log.Fatal(err)

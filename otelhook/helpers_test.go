@@ -1,5 +1,7 @@
 package otelhook_test
 
+//lint:file-ignore SA1019 these tests pin durations with the deprecated fake clock, which must keep working until it is removed
+
 import (
 	"bytes"
 	"context"

@@ -121,8 +121,13 @@ func (b Backoff) Delay(n int) time.Duration {
 	return time.Duration(r * float64(b.Ceiling(n)))
 }
 
-// Clock is the time source of the retry loop. Tests inject a fake to make
-// schedules deterministic; RealClock is the default.
+// Clock is the time source of the retry loop. RealClock is the default.
+//
+// Deprecated: tests control time with testing/synctest (Go 1.25+): run the
+// test in synctest.Test and the real clock, the backoff waits and context
+// deadlines all move on the bubble's fake clock together, which a fake
+// Clock cannot do for a context's deadline. Kept working this release;
+// it will be removed in a later one.
 type Clock interface {
 	Now() time.Time
 	// After returns a channel that receives once d has passed.
@@ -130,6 +135,12 @@ type Clock interface {
 }
 
 // RealClock is the wall clock.
+//
+// Deprecated: tests control time with testing/synctest (Go 1.25+): run the
+// test in synctest.Test and the real clock, the backoff waits and context
+// deadlines all move on the bubble's fake clock together, which a fake
+// Clock cannot do for a context's deadline. Kept working this release;
+// it will be removed in a later one.
 type RealClock struct{}
 
 // Now returns time.Now().
