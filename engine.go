@@ -215,7 +215,7 @@ func (c *call) apply(it *item, d policy.Decision, td *todo) {
 		c.settle(it, d.Disposition)
 	case policy.Retry:
 		it.retry = true
-		if d.Rule == "upsert_race" {
+		if d.Rule == policy.RuleUpsertRace {
 			it.upsertRuns++
 		}
 	case policy.ReadBack:
@@ -229,8 +229,9 @@ func (c *call) apply(it *item, d policy.Decision, td *todo) {
 
 // carryOut runs the collected actions: read-backs first (a read-back can
 // end in the conflict handler), then conflicts, then the dead-letter
-// hand-off. fallback is the disposition of a document whose read-back
-// finds nothing ("" while the call still retries: it is sent again).
+// hand-off. fallback is the disposition of a possibly applied document
+// whose read-back finds nothing or fails when the call stops retrying it
+// ("" after a duplicate key: see policy.AfterReadBack).
 func (c *call) carryOut(ctx context.Context, td *todo, fallback Disposition, others []*item) {
 	c.readBackAll(ctx, td, fallback, others)
 	for _, it := range td.conflict {

@@ -99,6 +99,10 @@ type Decision struct {
 	Rule string
 }
 
+// RuleUpsertRace is the Decision.Rule of an upsert run again after it lost
+// a race on a unique index: the caller counts it against MaxUpsertRuns.
+const RuleUpsertRace = "upsert_race"
+
 func settle(d Disposition, rule string) Decision {
 	return Decision{Action: Settle, Disposition: d, Rule: rule}
 }
@@ -151,7 +155,7 @@ func Route(f Facts) Decision {
 		case f.Kind == KindInsert && maybe:
 			return Decision{Action: ReadBack, Rule: "own_write_check"}
 		case f.Upsert && f.UpsertRuns < f.MaxUpsertRuns && (!maybe || f.resendable()):
-			return Decision{Action: Retry, Rule: "upsert_race"}
+			return Decision{Action: Retry, Rule: RuleUpsertRace}
 		case maybe && !f.resendable():
 			return unretried(f, true) // an earlier attempt may have applied it
 		}
