@@ -4,8 +4,6 @@ import (
 	"bytes"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
-	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/wiremessage"
 )
 
 // DocumentSequence is an OP_MSG kind-1 section: the driver sends insert
@@ -153,51 +151,6 @@ func (c *Command) firstStatements(k int) *Command {
 	return &out
 }
 
-// bodyWithArrayPrefix returns body with its array field cut to its first k
-// elements.
-func bodyWithArrayPrefix(body bson.Raw, field string, k int) bson.Raw {
-	elems, err := bsoncore.Document(body).Elements()
-	if err != nil {
-		return body
-	}
-	idx, dst := bsoncore.AppendDocumentStart(nil)
-	for _, e := range elems {
-		arr, ok := e.Value().ArrayOK()
-		if e.Key() != field || !ok {
-			dst = append(dst, e...)
-			continue
-		}
-		vals, err := arr.Values()
-		if err != nil {
-			dst = append(dst, e...)
-			continue
-		}
-		if k < len(vals) {
-			vals = vals[:k]
-		}
-		dst = bsoncore.AppendArrayElement(dst, field, bsoncore.BuildArray(nil, vals...))
-	}
-	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
-	return bson.Raw(dst)
-}
-
-// bodyWithout returns body without the named top-level field.
-func bodyWithout(body bson.Raw, field string) bson.Raw {
-	elems, err := bsoncore.Document(body).Elements()
-	if err != nil {
-		return body
-	}
-	idx, dst := bsoncore.AppendDocumentStart(nil)
-	for _, e := range elems {
-		if e.Key() == field {
-			continue
-		}
-		dst = append(dst, e...)
-	}
-	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
-	return bson.Raw(dst)
-}
-
 // newCommand builds a Command from a parsed OP_MSG.
 func newCommand(m *opMsg, requestID int32) *Command {
 	c := &Command{Body: bson.Raw(m.body), RequestID: requestID}
@@ -237,19 +190,6 @@ func (c *Command) fillNamespace() {
 	if c.Collection != "" {
 		c.Namespace = c.Database + "." + c.Collection
 	}
-}
-
-// encode serializes the command as an OP_MSG carrying requestID.
-func (c *Command) encode(flags wiremessage.MsgFlag) []byte {
-	m := &opMsg{body: bsoncore.Document(c.Body), flags: flags}
-	for _, s := range c.Sequences {
-		seq := sequence{identifier: s.Identifier}
-		for _, d := range s.Documents {
-			seq.docs = append(seq.docs, bsoncore.Document(d))
-		}
-		m.sequences = append(m.sequences, seq)
-	}
-	return m.encode(c.RequestID, 0)
 }
 
 // toRawValue marshals a Go value into a bson.RawValue.

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/wiremessage"
 
 	"github.com/writeguard/writeguard/jsonschema"
 )
@@ -418,7 +417,7 @@ func (s *session) relayStream(reply *message) error {
 
 func (s *session) handle(m *message) error {
 	switch m.opcode {
-	case wiremessage.OpMsg:
+	case opMsgCode:
 		return s.handleMsg(m)
 	case opQueryCode:
 		return s.handleQuery(m)
@@ -528,7 +527,7 @@ func (s *session) handleMsg(m *message) error {
 	cmd := newCommand(om, m.requestID)
 	stmts := cmd.Statements()
 	s.p.counters.command(cmd, statementCount(cmd, stmts))
-	noReply := om.flags&wiremessage.MoreToCome != 0
+	noReply := om.moreToCome()
 	if name, ok := clientAppName(cmd.Body); ok && isHello(cmd.Name) {
 		s.appName = name
 	}
@@ -580,7 +579,7 @@ func (s *session) handleMsg(m *message) error {
 		s.p.topologyEvent()
 	}
 	if rsHello && !fired {
-		return s.serveHello(cmd, m.requestID, om.flags&wiremessage.ExhaustAllowed != 0)
+		return s.serveHello(cmd, m.requestID, om.exhaustAllowed())
 	}
 
 	validator := script.validator(cmd.Namespace)

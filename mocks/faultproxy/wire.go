@@ -243,3 +243,74 @@ func replyBody(m *message) (bson.Raw, error) {
 func moreToCome(m *message) bool {
 	return m.opcode == wiremessage.OpMsg && wiremessage.IsMsgMoreToCome(m.raw)
 }
+
+// The rest of the package reaches the driver's x/ packages only through
+// this file (wire_test.go pins the wire format they produce).
+
+// opMsgCode is OP_MSG (2013).
+const opMsgCode = wiremessage.OpMsg
+
+// moreToCome reports the OP_MSG flag moreToCome: no reply is expected.
+func (m *opMsg) moreToCome() bool { return m.flags&wiremessage.MoreToCome != 0 }
+
+// exhaustAllowed reports the OP_MSG flag exhaustAllowed: the client takes
+// a stream of replies (awaitable hello).
+func (m *opMsg) exhaustAllowed() bool { return m.flags&wiremessage.ExhaustAllowed != 0 }
+
+// encode serializes the command as an OP_MSG carrying requestID.
+func (c *Command) encode(flags wiremessage.MsgFlag) []byte {
+	m := &opMsg{body: bsoncore.Document(c.Body), flags: flags}
+	for _, s := range c.Sequences {
+		seq := sequence{identifier: s.Identifier}
+		for _, d := range s.Documents {
+			seq.docs = append(seq.docs, bsoncore.Document(d))
+		}
+		m.sequences = append(m.sequences, seq)
+	}
+	return m.encode(c.RequestID, 0)
+}
+
+// bodyWithArrayPrefix returns body with its array field cut to its first k
+// elements.
+func bodyWithArrayPrefix(body bson.Raw, field string, k int) bson.Raw {
+	elems, err := bsoncore.Document(body).Elements()
+	if err != nil {
+		return body
+	}
+	idx, dst := bsoncore.AppendDocumentStart(nil)
+	for _, e := range elems {
+		arr, ok := e.Value().ArrayOK()
+		if e.Key() != field || !ok {
+			dst = append(dst, e...)
+			continue
+		}
+		vals, err := arr.Values()
+		if err != nil {
+			dst = append(dst, e...)
+			continue
+		}
+		if k < len(vals) {
+			vals = vals[:k]
+		}
+		dst = bsoncore.AppendArrayElement(dst, field, bsoncore.BuildArray(nil, vals...))
+	}
+	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
+	return bson.Raw(dst)
+}
+
+// bodyWithout returns body without the named top-level field.
+func bodyWithout(body bson.Raw, field string) bson.Raw {
+	elems, err := bsoncore.Document(body).Elements()
+	if err != nil {
+		return body
+	}
+	idx, dst := bsoncore.AppendDocumentStart(nil)
+	for _, e := range elems {
+		if e.Key() == field {
+			continue
+		}
+		dst = append(dst, e...)
+	}
+	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
+	return bson.Raw(dst)
+}
