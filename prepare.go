@@ -32,12 +32,12 @@ func (c *call) newItems(n int) {
 // prepareDocs prepares the documents of an insert: each one is
 // marshalled once and given an _id when it has none; the copies that carry
 // a new _id are made in one slab for the whole call (one allocation, not
-// one per document). docs(i) returns the i-th input document.
-func (c *call) prepareDocs(its []*item, docs func(i int) any) {
+// one per document). docs[i] is the input document of its[i].
+func (c *call) prepareDocs(its []*item, docs []any) {
 	need := 0
 	for i, it := range its {
 		it.kind = policy.KindInsert
-		raw, err := marshalDoc(docs(i))
+		raw, err := marshalDoc(docs[i])
 		if err != nil {
 			c.prefail(it, err)
 			continue
@@ -66,9 +66,10 @@ func (c *call) prepareDocs(its []*item, docs func(i int) any) {
 	}
 }
 
-// prepareDoc prepares one document (InsertOne, an InsertOneModel).
+// prepareDoc prepares the document of InsertOne.
 func (c *call) prepareDoc(it *item, doc any) {
-	c.prepareDocs([]*item{it}, func(int) any { return doc })
+	its, docs := [1]*item{it}, [1]any{doc}
+	c.prepareDocs(its[:], docs[:])
 }
 
 func (c *call) checkSize(it *item) {
@@ -128,17 +129,38 @@ func appendWithID(dst []byte, raw bson.Raw, oid bson.ObjectID) []byte {
 	return dst
 }
 
-// prepareModel copies an insert model with a prepared document and keeps
-// other models as they are.
+// prepareModels reads every model's kind, prepares the documents of the
+// insert models together (prepareDocs) and sends each insert model as a
+// copy holding its prepared document; other models are sent as they are.
+// A nil or unsupported model is an error naming its index.
+func (c *call) prepareModels(models []mongo.WriteModel) error {
+	var inserts []*item
+	var docs []any
+	for i, m := range models {
+		it := c.items[i]
+		if err := c.prepareModel(it, m); err != nil {
+			return err
+		}
+		if im, ok := m.(*mongo.InsertOneModel); ok {
+			inserts, docs = append(inserts, it), append(docs, im.Document)
+		}
+	}
+	c.prepareDocs(inserts, docs)
+	for _, it := range inserts {
+		if !it.prefail || it.doc != nil {
+			it.send = &mongo.InsertOneModel{Document: it.doc}
+		}
+	}
+	return nil
+}
+
+// prepareModel records the kind of one model.
 func (c *call) prepareModel(it *item, m mongo.WriteModel) error {
 	i := it.index
 	it.model, it.send = m, m
 	switch mm := m.(type) {
 	case *mongo.InsertOneModel:
-		c.prepareDoc(it, mm.Document)
-		if !it.prefail || it.doc != nil {
-			it.send = &mongo.InsertOneModel{Document: it.doc}
-		}
+		it.kind = policy.KindInsert
 	case *mongo.UpdateOneModel:
 		it.kind, it.upsert = policy.KindUpdate, mm.Upsert != nil && *mm.Upsert
 	case *mongo.UpdateManyModel:

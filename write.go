@@ -99,7 +99,11 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 	}
 	c := g.newCall("insertMany", ordered)
 	c.newItems(dv.Len())
-	c.prepareDocs(c.items, func(i int) any { return dv.Index(i).Interface() })
+	docs := make([]any, dv.Len())
+	for i := range docs {
+		docs[i] = dv.Index(i).Interface()
+	}
+	c.prepareDocs(c.items, docs)
 	c.send = func(ctx context.Context, batch []*item) (any, error) {
 		docs := make([]any, len(batch))
 		for i, it := range batch {
@@ -167,10 +171,8 @@ func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts
 	c.op.Command = hooks.BulkCommand(models)
 	c.idempotent = idempotent(ctx)
 	c.newItems(len(models))
-	for i, m := range models {
-		if err := c.prepareModel(c.items[i], m); err != nil {
-			return nil, err
-		}
+	if err := c.prepareModels(models); err != nil {
+		return nil, err
 	}
 	total := &mongo.BulkWriteResult{Acknowledged: true}
 	c.send = func(ctx context.Context, batch []*item) (any, error) {
