@@ -71,47 +71,13 @@ func (p *Proxy) nullReply(cmd *Command, connID int64) bson.D {
 	case "isMaster", "ismaster":
 		return p.helloReply(true, connID)
 	case "buildInfo", "buildinfo":
-		return okReply(
-			bson.E{Key: "version", Value: "7.0.0"},
-			bson.E{Key: "gitVersion", Value: "faultproxy-null-backend"},
-			bson.E{Key: "versionArray", Value: bson.A{int32(7), int32(0), int32(0), int32(0)}},
-			bson.E{Key: "bits", Value: int32(64)},
-			bson.E{Key: "maxBsonObjectSize", Value: int32(16 * 1024 * 1024)},
-		)
-	case "insert":
+		return nullBuildInfo()
+	case "insert", "delete":
 		return okReply(bson.E{Key: "n", Value: int32(len(cmd.Statements()))})
 	case "update":
-		var n, modified int32
-		upserted := bson.A{}
-		for i, st := range cmd.Statements() {
-			n++
-			if up, err := st.LookupErr("upsert"); err == nil && up.Type == bson.TypeBoolean && up.Boolean() {
-				var id any = bson.NewObjectID()
-				if q, err := st.LookupErr("q"); err == nil {
-					if qd, ok := q.DocumentOK(); ok {
-						if v, err := qd.LookupErr("_id"); err == nil && v.Type != bson.TypeEmbeddedDocument {
-							id = v
-						}
-					}
-				}
-				upserted = append(upserted, bson.D{{Key: "index", Value: int32(i)}, {Key: "_id", Value: id}})
-				continue
-			}
-			modified++
-		}
-		fields := []bson.E{{Key: "n", Value: n}, {Key: "nModified", Value: modified}}
-		if len(upserted) > 0 {
-			fields = append(fields, bson.E{Key: "upserted", Value: upserted})
-		}
-		return okReply(fields...)
-	case "delete":
-		return okReply(bson.E{Key: "n", Value: int32(len(cmd.Statements()))})
+		return nullUpdate(cmd)
 	case "findAndModify", "findandmodify":
-		leo := bson.D{{Key: "n", Value: int32(0)}, {Key: "updatedExisting", Value: false}}
-		if up, err := cmd.Body.LookupErr("upsert"); err == nil && up.Type == bson.TypeBoolean && up.Boolean() {
-			leo = bson.D{{Key: "n", Value: int32(1)}, {Key: "updatedExisting", Value: false}, {Key: "upserted", Value: bson.NewObjectID()}}
-		}
-		return okReply(bson.E{Key: "lastErrorObject", Value: leo}, bson.E{Key: "value", Value: nil})
+		return nullFindAndModify(cmd)
 	case "find", "aggregate", "listIndexes":
 		return okReply(emptyCursor(cmd.Namespace, "firstBatch"))
 	case "listCollections":
@@ -119,21 +85,7 @@ func (p *Proxy) nullReply(cmd *Command, connID int64) bson.D {
 	case "getMore":
 		return okReply(emptyCursor(cmd.Namespace, "nextBatch"))
 	case "killCursors":
-		notFound := bson.A{}
-		if v, err := cmd.Body.LookupErr("cursors"); err == nil {
-			if arr, ok := v.ArrayOK(); ok {
-				vals, _ := arr.Values()
-				for _, c := range vals {
-					notFound = append(notFound, c)
-				}
-			}
-		}
-		return okReply(
-			bson.E{Key: "cursorsKilled", Value: bson.A{}},
-			bson.E{Key: "cursorsNotFound", Value: notFound},
-			bson.E{Key: "cursorsAlive", Value: bson.A{}},
-			bson.E{Key: "cursorsUnknown", Value: bson.A{}},
-		)
+		return nullKillCursors(cmd)
 	case "count":
 		return okReply(bson.E{Key: "n", Value: int32(0)})
 	case "distinct":
@@ -141,35 +93,112 @@ func (p *Proxy) nullReply(cmd *Command, connID int64) bson.D {
 	case "listDatabases":
 		return okReply(bson.E{Key: "databases", Value: bson.A{}}, bson.E{Key: "totalSize", Value: int64(0)})
 	case "bulkWrite":
-		var inserted, updated, deleted int32
-		for _, s := range cmd.Sequences {
-			if s.Identifier != "ops" {
-				continue
-			}
-			for _, op := range s.Documents {
-				elems, err := op.Elements()
-				if err != nil || len(elems) == 0 {
-					continue
-				}
-				switch elems[0].Key() {
-				case "insert":
-					inserted++
-				case "update":
-					updated++
-				case "delete":
-					deleted++
-				}
-			}
-		}
-		return okReply(
-			emptyCursor("admin.$cmd.bulkWrite", "firstBatch"),
-			bson.E{Key: "nErrors", Value: int32(0)},
-			bson.E{Key: "nInserted", Value: inserted},
-			bson.E{Key: "nMatched", Value: updated},
-			bson.E{Key: "nModified", Value: updated},
-			bson.E{Key: "nUpserted", Value: int32(0)},
-			bson.E{Key: "nDeleted", Value: deleted},
-		)
+		return nullBulkWrite(cmd)
 	}
 	return okReply()
+}
+
+func nullBuildInfo() bson.D {
+	return okReply(
+		bson.E{Key: "version", Value: "7.0.0"},
+		bson.E{Key: "gitVersion", Value: "faultproxy-null-backend"},
+		bson.E{Key: "versionArray", Value: bson.A{int32(7), int32(0), int32(0), int32(0)}},
+		bson.E{Key: "bits", Value: int32(64)},
+		bson.E{Key: "maxBsonObjectSize", Value: int32(16 * 1024 * 1024)},
+	)
+}
+
+// nullUpdate reports every update statement matched and modified, and
+// every upsert upserted (with the _id of its query, else a new ObjectID).
+func nullUpdate(cmd *Command) bson.D {
+	var n, modified int32
+	upserted := bson.A{}
+	for i, st := range cmd.Statements() {
+		n++
+		if up, err := st.LookupErr("upsert"); err == nil && up.Type == bson.TypeBoolean && up.Boolean() {
+			upserted = append(upserted, bson.D{{Key: "index", Value: int32(i)}, {Key: "_id", Value: upsertID(st)}})
+			continue
+		}
+		modified++
+	}
+	fields := []bson.E{{Key: "n", Value: n}, {Key: "nModified", Value: modified}}
+	if len(upserted) > 0 {
+		fields = append(fields, bson.E{Key: "upserted", Value: upserted})
+	}
+	return okReply(fields...)
+}
+
+// upsertID is the _id an upsert statement would insert: its query's
+// (non-document) _id, else a new ObjectID.
+func upsertID(st bson.Raw) any {
+	if q, err := st.LookupErr("q"); err == nil {
+		if qd, ok := q.DocumentOK(); ok {
+			if v, err := qd.LookupErr("_id"); err == nil && v.Type != bson.TypeEmbeddedDocument {
+				return v
+			}
+		}
+	}
+	return bson.NewObjectID()
+}
+
+func nullFindAndModify(cmd *Command) bson.D {
+	leo := bson.D{{Key: "n", Value: int32(0)}, {Key: "updatedExisting", Value: false}}
+	if up, err := cmd.Body.LookupErr("upsert"); err == nil && up.Type == bson.TypeBoolean && up.Boolean() {
+		leo = bson.D{{Key: "n", Value: int32(1)}, {Key: "updatedExisting", Value: false}, {Key: "upserted", Value: bson.NewObjectID()}}
+	}
+	return okReply(bson.E{Key: "lastErrorObject", Value: leo}, bson.E{Key: "value", Value: nil})
+}
+
+// nullKillCursors reports every cursor not found (the null backend has
+// none).
+func nullKillCursors(cmd *Command) bson.D {
+	notFound := bson.A{}
+	if v, err := cmd.Body.LookupErr("cursors"); err == nil {
+		if arr, ok := v.ArrayOK(); ok {
+			vals, _ := arr.Values()
+			for _, c := range vals {
+				notFound = append(notFound, c)
+			}
+		}
+	}
+	return okReply(
+		bson.E{Key: "cursorsKilled", Value: bson.A{}},
+		bson.E{Key: "cursorsNotFound", Value: notFound},
+		bson.E{Key: "cursorsAlive", Value: bson.A{}},
+		bson.E{Key: "cursorsUnknown", Value: bson.A{}},
+	)
+}
+
+// nullBulkWrite answers the server's bulkWrite command (8.0+) with every
+// operation applied.
+func nullBulkWrite(cmd *Command) bson.D {
+	var inserted, updated, deleted int32
+	for _, s := range cmd.Sequences {
+		if s.Identifier != "ops" {
+			continue
+		}
+		for _, op := range s.Documents {
+			elems, err := op.Elements()
+			if err != nil || len(elems) == 0 {
+				continue
+			}
+			switch elems[0].Key() {
+			case "insert":
+				inserted++
+			case "update":
+				updated++
+			case "delete":
+				deleted++
+			}
+		}
+	}
+	return okReply(
+		emptyCursor("admin.$cmd.bulkWrite", "firstBatch"),
+		bson.E{Key: "nErrors", Value: int32(0)},
+		bson.E{Key: "nInserted", Value: inserted},
+		bson.E{Key: "nMatched", Value: updated},
+		bson.E{Key: "nModified", Value: updated},
+		bson.E{Key: "nUpserted", Value: int32(0)},
+		bson.E{Key: "nDeleted", Value: deleted},
+	)
 }

@@ -524,44 +524,24 @@ func (s *session) handleMsg(m *message) error {
 		}
 		return s.relayStream(reply)
 	}
-	cmd := newCommand(om, m.requestID)
-	stmts := cmd.Statements()
-	s.p.counters.command(cmd, statementCount(cmd, stmts))
-	noReply := om.moreToCome()
-	if name, ok := clientAppName(cmd.Body); ok && isHello(cmd.Name) {
+	x := &exchange{m: m, om: om, cmd: newCommand(om, m.requestID), noReply: om.moreToCome()}
+	x.stmts = x.cmd.Statements()
+	s.p.counters.command(x.cmd, statementCount(x.cmd, x.stmts))
+	if name, ok := clientAppName(x.cmd.Body); ok && isHello(x.cmd.Name) {
 		s.appName = name
 	}
-	if cmd.Name == "configureFailPoint" {
-		return s.sendBody(m.requestID, s.p.failPoints.configure(cmd))
+	if x.cmd.Name == "configureFailPoint" {
+		return s.sendBody(m.requestID, s.p.failPoints.configure(x.cmd))
 	}
-	fpa := s.p.failPointAction(cmd, s.appName)
-	if fpa.fired {
-		s.p.counters.fault(FaultFailPoint, 1)
-		if fpa.block > 0 && !s.sleep(fpa.block) {
-			return errCloseClient
-		}
-		if fpa.errReply != nil && stateChangeCodes[fpa.code] {
-			s.p.topologyEvent()
-		}
-		switch {
-		case fpa.closeConn:
-			return errCloseClient
-		case fpa.errReply != nil:
-			if noReply {
-				return nil
-			}
-			return s.sendBody(m.requestID, fpa.errReply)
-		}
+	if done, err := s.failPointFires(x); done {
+		return err
 	}
-	rsHello := s.rsUpstream() && isHello(cmd.Name)
+	x.rsHello = s.rsUpstream() && isHello(x.cmd.Name)
 	if s.rsUpstream() {
-		if inTransaction(cmd) {
-			if noReply {
-				return nil
-			}
-			return s.sendBody(m.requestID, errTransactions())
+		if inTransaction(x.cmd) {
+			return s.reply(x, errTransactions())
 		}
-		if t := s.beginRetryable(cmd); t != nil {
+		if t := s.beginRetryable(x.cmd); t != nil {
 			s.txn = t
 			defer func() {
 				s.txn = nil
@@ -569,118 +549,182 @@ func (s *session) handleMsg(m *message) error {
 			}()
 		}
 	}
-	script := s.p.script.Load()
-	fault, fired := script.fire(cmd)
-	if fired && fault.kind != FaultDocument {
-		s.p.counters.fault(fault.kind, 1)
+	s.fireScript(x)
+	if x.rsHello && !x.fired {
+		return s.serveHello(x.cmd, m.requestID, om.exhaustAllowed())
 	}
-	if fired && (fault.kind == FaultErrorReply || fault.kind == FaultApplyThenError) && stateChangeCodes[fault.cmdErr.Code] ||
-		fired && fault.kind == FaultWriteConcernError && stateChangeCodes[fault.wce.Code] {
+	if done, err := s.answerFault(x); done {
+		return err
+	}
+	return s.forwardAndReply(x)
+}
+
+// exchange is one OP_MSG command on its way through the proxy.
+type exchange struct {
+	m         *message
+	om        *opMsg
+	cmd       *Command
+	stmts     []bson.Raw
+	noReply   bool // moreToCome: the client expects no reply
+	rsHello   bool // a hello to rewrite as a replica-set primary's
+	fpa       failAction
+	fault     Fault
+	fired     bool
+	validator *jsonschema.Validator
+}
+
+// reply sends body to the client unless it expects no reply.
+func (s *session) reply(x *exchange, body bson.D) error {
+	if x.noReply {
+		return nil
+	}
+	return s.sendBody(x.m.requestID, body)
+}
+
+// failPointFires applies a configured fail point: done is true when it
+// answered the command (an error reply, a closed connection).
+func (s *session) failPointFires(x *exchange) (done bool, err error) {
+	x.fpa = s.p.failPointAction(x.cmd, s.appName)
+	fpa := x.fpa
+	if !fpa.fired {
+		return false, nil
+	}
+	s.p.counters.fault(FaultFailPoint, 1)
+	if fpa.block > 0 && !s.sleep(fpa.block) {
+		return true, errCloseClient
+	}
+	if fpa.errReply != nil && stateChangeCodes[fpa.code] {
 		s.p.topologyEvent()
 	}
-	if rsHello && !fired {
-		return s.serveHello(cmd, m.requestID, om.exhaustAllowed())
-	}
-
-	validator := script.validator(cmd.Namespace)
-	if cmd.Name != "insert" {
-		validator = nil
-	}
-
 	switch {
-	case fired && (fault.kind == FaultApplyThenError || fault.kind == FaultApplyThenClose):
-		if err := s.applyFirst(cmd, fault.k, validator); err != nil {
-			return err
-		}
-		if fault.kind == FaultApplyThenClose {
-			return errCloseClient
-		}
-		if noReply {
-			return nil
-		}
-		return s.sendBody(m.requestID, s.p.errorReply(fault.cmdErr))
-	case fired && fault.kind == FaultErrorReply:
-		if noReply {
-			return nil
-		}
-		return s.sendBody(m.requestID, s.p.errorReply(fault.cmdErr))
-	case fired && fault.kind == FaultCloseBeforeForward:
-		return errCloseClient
-	case fired && fault.kind == FaultCustom:
-		reply, err := fault.handler(cmd, s.forward)
-		if err != nil {
-			return err
-		}
-		if noReply || reply == nil {
-			return nil
-		}
-		return s.writeClient(encodeReplyMsg(reply, m.requestID))
+	case fpa.closeConn:
+		return true, errCloseClient
+	case fpa.errReply != nil:
+		return true, s.reply(x, fpa.errReply)
 	}
+	return false, nil
+}
 
+// fireScript asks the script for a fault, counts it, and reports a
+// topology change for the error codes that make the driver look again.
+func (s *session) fireScript(x *exchange) {
+	script := s.p.script.Load()
+	x.fault, x.fired = script.fire(x.cmd)
+	f := x.fault
+	if x.fired && f.kind != FaultDocument {
+		s.p.counters.fault(f.kind, 1)
+	}
+	if x.fired && (f.kind == FaultErrorReply || f.kind == FaultApplyThenError) && stateChangeCodes[f.cmdErr.Code] ||
+		x.fired && f.kind == FaultWriteConcernError && stateChangeCodes[f.wce.Code] {
+		s.p.topologyEvent()
+	}
+	if x.cmd.Name == "insert" {
+		x.validator = script.validator(x.cmd.Namespace)
+	}
+}
+
+// answerFault carries out the faults that answer without the normal
+// forwarding: done is true when the command is answered.
+func (s *session) answerFault(x *exchange) (done bool, err error) {
+	if !x.fired {
+		return false, nil
+	}
+	switch f := x.fault; f.kind {
+	case FaultApplyThenError, FaultApplyThenClose:
+		if err := s.applyFirst(x.cmd, f.k, x.validator); err != nil {
+			return true, err
+		}
+		if f.kind == FaultApplyThenClose {
+			return true, errCloseClient
+		}
+		return true, s.reply(x, s.p.errorReply(f.cmdErr))
+	case FaultErrorReply:
+		return true, s.reply(x, s.p.errorReply(f.cmdErr))
+	case FaultCloseBeforeForward:
+		return true, errCloseClient
+	case FaultCustom:
+		reply, err := f.handler(x.cmd, s.forward)
+		if err != nil || x.noReply || reply == nil {
+			return true, err
+		}
+		return true, s.writeClient(encodeReplyMsg(reply, x.m.requestID))
+	}
+	return false, nil
+}
+
+// forwardAndReply forwards the command (relaying the server's bytes
+// unchanged when nothing needs changing) and replies with what the faults
+// and fail points add.
+func (s *session) forwardAndReply(x *exchange) error {
 	var docFault *Fault
-	if fired && fault.kind == FaultDocument {
-		docFault = &fault
+	if x.fired && x.fault.kind == FaultDocument {
+		docFault = &x.fault
 	}
-	perDoc := len(stmts) > 0 && (validator != nil || docFault != nil)
-	modify := perDoc || (fired && fault.kind == FaultWriteConcernError) || fpa.wce != nil
-
-	if !modify && !s.null() && s.txn == nil && !rsHello {
+	perDoc := len(x.stmts) > 0 && (x.validator != nil || docFault != nil)
+	modify := perDoc || (x.fired && x.fault.kind == FaultWriteConcernError) || x.fpa.wce != nil
+	if !modify && !s.null() && s.txn == nil && !x.rsHello {
 		// Plain forwarding: relay the server's bytes unchanged.
-		s.p.counters.forward(cmd.Name, len(stmts))
-		reply, err := s.roundTrip(m.raw, !noReply)
+		s.p.counters.forward(x.cmd.Name, len(x.stmts))
+		reply, err := s.roundTrip(x.m.raw, !x.noReply)
 		if err != nil || reply == nil {
 			return err
 		}
-		if fired {
-			if err := s.postForward(fault); err != nil {
+		if x.fired {
+			if err := s.postForward(x.fault); err != nil {
 				return err
 			}
 		}
 		return s.relayStream(reply)
 	}
-
 	var body bson.Raw
+	var err error
 	if perDoc {
-		body, err = s.execStatements(cmd, stmts, validator, docFault)
+		body, err = s.execStatements(x.cmd, x.stmts, x.validator, docFault)
 	} else {
-		body, err = s.forward(cmd)
+		body, err = s.forward(x.cmd)
 	}
-	if err == nil && rsHello {
-		body, err = s.p.rewriteHello(body, cmd.Name != "hello")
+	if err == nil && x.rsHello {
+		body, err = s.p.rewriteHello(body, x.cmd.Name != "hello")
 	}
-	if err != nil {
+	if err != nil || x.noReply {
 		return err
 	}
-	if noReply {
-		return nil
+	if body, err = s.addErrors(x, body); err != nil {
+		return err
 	}
-	if fired {
-		if err := s.postForward(fault); err != nil {
-			return err
+	return s.writeClient(encodeReplyMsg(body, x.m.requestID))
+}
+
+// addErrors adds to a forwarded reply what the fired fault and fail point
+// add after the write ran: a write concern error, the topology version.
+func (s *session) addErrors(x *exchange, body bson.Raw) (bson.Raw, error) {
+	var err error
+	if x.fired {
+		if err := s.postForward(x.fault); err != nil {
+			return nil, err
 		}
-		if fault.kind == FaultWriteConcernError {
-			body, err = addWriteConcernError(body, fault.wce)
-			if err != nil {
-				return err
+		if x.fault.kind == FaultWriteConcernError {
+			if body, err = addWriteConcernError(body, x.fault.wce); err != nil {
+				return nil, err
 			}
-			if body, err = s.p.withTopologyVersion(body, fault.wce.Code); err != nil {
-				return err
+			if body, err = s.p.withTopologyVersion(body, x.fault.wce.Code); err != nil {
+				return nil, err
 			}
 		}
 	}
-	if fpa.wce != nil {
-		if body, err = addFailPointWCE(body, fpa.wce, fpa.labels); err != nil {
-			return err
+	if x.fpa.wce != nil {
+		if body, err = addFailPointWCE(body, x.fpa.wce, x.fpa.labels); err != nil {
+			return nil, err
 		}
-		code, _ := fpa.wce.Lookup("code").AsInt64OK()
+		code, _ := x.fpa.wce.Lookup("code").AsInt64OK()
 		if stateChangeCodes[int32(code)] {
 			s.p.topologyEvent()
 		}
 		if body, err = s.p.withTopologyVersion(body, int32(code)); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return s.writeClient(encodeReplyMsg(body, m.requestID))
+	return body, nil
 }
 
 // applyFirst forwards the first k statements of cmd (the whole command

@@ -166,18 +166,7 @@ func (s *session) forwardRetryable(t *txnCtx, cmd *Command) (bson.Raw, error) {
 		return bson.Marshal(d)
 	}
 	if !hasStatements(cmd.Name) {
-		if t.rec.whole != nil {
-			return t.rec.whole, nil
-		}
-		raw, err := s.forwardPlain(withoutTxnFields(cmd))
-		if err != nil {
-			return nil, err
-		}
-		var reply bson.D
-		if err := bson.Unmarshal(raw, &reply); err == nil && replyOK(reply) {
-			t.rec.whole = raw
-		}
-		return raw, nil
+		return s.forwardRetryableWhole(t, cmd)
 	}
 	stmts := cmd.Statements()
 	idx := t.clientIndexes(stmts)
@@ -189,60 +178,90 @@ func (s *session) forwardRetryable(t *txnCtx, cmd *Command) (bson.Raw, error) {
 			run = append(run, pos)
 		}
 	}
-	var reply bson.D
-	if len(run) == 0 {
-		reply = emptyWriteReply(cmd.Name)
-	} else {
-		sub := cmd
-		if len(run) < len(stmts) {
-			part := make([]bson.Raw, len(run))
-			for j, pos := range run {
-				part[j] = stmts[pos]
-			}
-			sub = cmd.WithStatements(part)
-		}
-		fpFired, fpReply, fpClose := s.p.onPrimaryWrite()
-		if fpFired {
-			s.p.counters.fault(FaultFailPoint, 1)
-			if fpReply != nil {
-				if fpClose {
-					return nil, errCloseClient
-				}
-				return bson.Marshal(fpReply)
-			}
-		}
-		raw, err := s.forwardPlain(withoutTxnFields(sub))
-		if err != nil {
-			return nil, err
-		}
-		if err := bson.Unmarshal(raw, &reply); err != nil {
-			return nil, fmt.Errorf("faultproxy: decode reply: %w", err)
-		}
-		if !replyOK(reply) {
-			return raw, nil
-		}
-		clientIdx := make([]int, len(run))
-		for j, pos := range run {
-			clientIdx[j] = idx[pos]
-		}
-		t.rec.record(cmd.Name, cmd.Ordered(), reply, clientIdx)
-		if fpFired && fpClose {
-			return nil, errCloseClient
-		}
-		if len(run) < len(stmts) {
-			for _, key := range []string{"writeErrors", "upserted"} {
-				if v, ok := field(reply, key); ok {
-					if arr, isArr := v.(bson.A); isArr {
-						reply = setBeforeOK(reply, key, remapIndexes(arr, run))
-					}
-				}
-			}
+	reply := emptyWriteReply(cmd.Name)
+	if len(run) > 0 {
+		var raw bson.Raw
+		var err error
+		if reply, raw, err = s.runStatements(t, cmd, stmts, idx, run); reply == nil {
+			return raw, err
 		}
 	}
 	if len(done) > 0 {
 		reply = t.rec.addRecorded(cmd.Name, reply, done, idx)
 	}
 	return bson.Marshal(reply)
+}
+
+// forwardRetryableWhole executes a retryable command without statements
+// (findAndModify) once, and answers a retry from the recorded reply.
+func (s *session) forwardRetryableWhole(t *txnCtx, cmd *Command) (bson.Raw, error) {
+	if t.rec.whole != nil {
+		return t.rec.whole, nil
+	}
+	raw, err := s.forwardPlain(withoutTxnFields(cmd))
+	if err != nil {
+		return nil, err
+	}
+	var reply bson.D
+	if err := bson.Unmarshal(raw, &reply); err == nil && replyOK(reply) {
+		t.rec.whole = raw
+	}
+	return raw, nil
+}
+
+// runStatements forwards the statements of cmd at positions run (those not
+// yet executed), records what the server executed, and returns the reply
+// renumbered in cmd's positions. A nil reply means raw (or err) is the
+// answer as it is: a fail point's reply, a failed command.
+func (s *session) runStatements(t *txnCtx, cmd *Command, stmts []bson.Raw, idx, run []int) (bson.D, bson.Raw, error) {
+	sub := cmd
+	if len(run) < len(stmts) {
+		part := make([]bson.Raw, len(run))
+		for j, pos := range run {
+			part[j] = stmts[pos]
+		}
+		sub = cmd.WithStatements(part)
+	}
+	fpFired, fpReply, fpClose := s.p.onPrimaryWrite()
+	if fpFired {
+		s.p.counters.fault(FaultFailPoint, 1)
+		if fpReply != nil {
+			if fpClose {
+				return nil, nil, errCloseClient
+			}
+			raw, err := bson.Marshal(fpReply)
+			return nil, raw, err
+		}
+	}
+	raw, err := s.forwardPlain(withoutTxnFields(sub))
+	if err != nil {
+		return nil, nil, err
+	}
+	var reply bson.D
+	if err := bson.Unmarshal(raw, &reply); err != nil {
+		return nil, nil, fmt.Errorf("faultproxy: decode reply: %w", err)
+	}
+	if !replyOK(reply) {
+		return nil, raw, nil
+	}
+	clientIdx := make([]int, len(run))
+	for j, pos := range run {
+		clientIdx[j] = idx[pos]
+	}
+	t.rec.record(cmd.Name, cmd.Ordered(), reply, clientIdx)
+	if fpFired && fpClose {
+		return nil, nil, errCloseClient
+	}
+	if len(run) < len(stmts) {
+		for _, key := range []string{"writeErrors", "upserted"} {
+			if v, ok := field(reply, key); ok {
+				if arr, isArr := v.(bson.A); isArr {
+					reply = setBeforeOK(reply, key, remapIndexes(arr, run))
+				}
+			}
+		}
+	}
+	return reply, nil, nil
 }
 
 // record notes the statements of a forwarded part that the server
