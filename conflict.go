@@ -163,7 +163,7 @@ func replaceArgs(c *Conflict) (filter, replacement bson.Raw, err error) {
 // validResolution reports whether d is a disposition a ConflictHandler may
 // return.
 func validResolution(d policy.Disposition) bool {
-	return d == policy.Conflicted || d.IsConflict() && len(d) > len("conflict_")
+	return d.IsConflict() && d != "conflict_"
 }
 
 // conflictIdentifiable checks, before any handler runs, that the duplicate

@@ -443,7 +443,7 @@ func (h *handler) operationFinished(ctx context.Context, ev *hooks.OperationEnd)
 	conflicts := 0
 	for d, n := range ev.Counts {
 		names = append(names, string(d))
-		if d == policy.Conflicted || strings.HasPrefix(string(d), "conflict_") {
+		if d.IsConflict() {
 			conflicts += n
 		}
 	}
