@@ -204,7 +204,7 @@ func (t *Table) Classify(f Failure) Class {
 		return Transient
 	}
 	switch {
-	case t.Conflict.Has(f.Code), f.Code == 16460 && strings.Contains(f.Message, " E11000 "):
+	case t.Conflict.Has(f.Code), wrappedDuplicateKey(f):
 		return Conflict
 	case t.Invalid.Has(f.Code):
 		return Invalid

@@ -94,5 +94,11 @@ func KeyIdentifies(keyPattern, keyValue bson.Raw) (ok bool, field string) {
 // in DefaultConflictCodes, or it is 16460 wrapping an E11000 (mongos,
 // SERVER-11493), as mongo.IsDuplicateKeyError decides.
 func IsDuplicateKey(f Failure) bool {
-	return inCodes(DefaultConflictCodes, f.Code) || f.Code == 16460 && strings.Contains(f.Message, " E11000 ")
+	return inCodes(DefaultConflictCodes, f.Code) || wrappedDuplicateKey(f)
+}
+
+// wrappedDuplicateKey reports mongos's 16460 wrapping a shard's E11000
+// (SERVER-11493), as mongo.IsDuplicateKeyError reads it.
+func wrappedDuplicateKey(f Failure) bool {
+	return f.Code == 16460 && strings.Contains(f.Message, " E11000 ")
 }
