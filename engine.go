@@ -200,6 +200,9 @@ func (c *call) settle(it *item, d Disposition) {
 		return
 	}
 	ev := &hooks.Disposition{Op: c.op, Index: it.index, Disposition: d, Attempts: it.attempts, FailingKeywords: it.keywords}
+	if it.kind == policy.KindInsert {
+		ev.ID = it.idValue()
+	}
 	if it.fail != nil && d != Written {
 		ev.Failed = true
 		ev.Class, ev.Code, ev.CodeName = it.class, it.fail.Code, it.fail.CodeName

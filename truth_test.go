@@ -316,6 +316,17 @@ func TestC44IDTypesOnEveryPath(t *testing.T) {
 		}
 		check(t, []any{r.Outcomes[0].ID, r.Outcomes[1].ID})
 	})
+	t.Run("hook events", func(t *testing.T) {
+		fx := newFixture(t, mocks.NewFake("db.c44e").Script(mocks.LoseReply()))
+		if _, err := fx.g.InsertMany(ctx, docs()); err != nil {
+			t.Fatal(err)
+		}
+		var ids []any
+		for _, d := range fx.rec.Dispositions() {
+			ids = append(ids, d.ID)
+		}
+		check(t, ids)
+	})
 	t.Run("InsertOne after a retry", func(t *testing.T) {
 		fx := newFixture(t, mocks.NewFake("db.c44d").Script(mocks.LoseReply()))
 		res, err := fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: int64(7)}})

@@ -157,7 +157,11 @@ type AttemptEnd struct {
 	Documents int
 	// Duration is the time the driver call took.
 	Duration time.Duration
-	// Err is the driver's error (nil on success).
+	// Err is the driver's error exactly as the driver returned it (nil on
+	// success): a mongo.WriteException, BulkWriteException, CommandError or
+	// network error. Its text may quote document values (a duplicate key's
+	// value, errInfo's consideredValue): record its codes (Code, Class),
+	// not its text.
 	Err error
 	// Code and Class describe the attempt's first failure (0 and Unknown on
 	// success); Failures counts the failures Extract found.
@@ -218,7 +222,9 @@ type DeadLetterEnd struct {
 	Fallback  bool // true for the fallback sink
 	// Duration is the time the sink's Put took.
 	Duration time.Duration
-	// Err is the sink's error (nil when stored).
+	// Err is the sink's error (nil when stored). A MongoDB sink's error is
+	// the driver's and may quote the envelope's values (a duplicate key):
+	// record its code, not its text.
 	Err error
 }
 
@@ -245,6 +251,11 @@ type Disposition struct {
 	// FailingKeywords are the dead-letter envelope's failing keywords for a
 	// dead-lettered document, else nil.
 	FailingKeywords []string
+	// ID is the document's _id as the driver returns it (the same Go value
+	// as InsertManyResult.InsertedIDs and Report's Outcome.ID: a string, a
+	// bson.ObjectID, ...), nil for update, replace and delete models. It is
+	// a document value: a hook that exports telemetry must not record it.
+	ID any
 }
 
 // OperationEnd is sent when the call returns.
@@ -260,7 +271,8 @@ type OperationEnd struct {
 	// Duration is the call's wall time.
 	Duration time.Duration
 	// Err is what the call returned (nil, a *writeguard.Report, or the
-	// driver's error inside a transaction).
+	// driver's error inside a transaction). A Report's Error() carries no
+	// document value; the driver's error it wraps (errors.As) may.
 	Err error
 	// Code and Class are those of the failure that made the call fail as a
 	// whole, when one did (0 and Unknown otherwise).
