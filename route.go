@@ -175,6 +175,11 @@ func (c *call) scheduleRetry(ctx context.Context) time.Duration {
 	if charged && !g.cfg.budget.Allow() {
 		g.hooks.BudgetExhausted(ctx, &hooks.BudgetExhausted{Op: c.op, Documents: len(retry), Code: cause.fail.Code})
 		g.logBudget(ctx, c.op.Name, len(retry))
+		// The refused retry's backoff is still waited before the call
+		// returns: a caller that loops on exhausted documents would
+		// otherwise turn the refusal into a storm of first attempts.
+		c.flushDeadLetters(ctx)
+		_ = policy.Wait(ctx, g.cfg.clock, delay)
 		c.stopRetries(ctx, retry, policy.StopBudget)
 		return 0
 	}

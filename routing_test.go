@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -256,31 +257,41 @@ func TestRoutingProperties(t *testing.T) {
 }
 
 // TestBudgetStopsRetries: when the shared budget runs out, retries stop and
-// the documents end exhausted.
+// the documents end exhausted, after the refused retry's backoff (a caller
+// looping on exhausted documents must not storm the server). In a
+// testing/synctest bubble: the waits take no real time.
 func TestBudgetStopsRetries(t *testing.T) {
-	var script []mocks.Fault
-	for i := 0; i < 20; i++ {
-		script = append(script, mocks.DropConnection())
-	}
-	fake := mocks.NewFake("db.budget").Script(script...)
-	budget, err := policy.NewBudget(4, 0.1) // two retries, then refused
-	if err != nil {
-		t.Fatal(err)
-	}
-	fx := newFixture(t, fake, writeguard.WithBudget(budget), writeguard.WithBackoff(policy.Backoff{MaxAttempts: 10}))
-	_, err = fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}})
-	if !errors.Is(err, writeguard.ErrExhausted) {
-		t.Fatalf("err = %v, want ErrExhausted", err)
-	}
-	if n := len(fake.Calls()); n != 3 {
-		t.Errorf("%d attempts, want 3 (1 + 2 retries the budget allowed)", n)
-	}
-	if fx.rec.BudgetExhausted() != 1 {
-		t.Errorf("%d budget-exhausted events, want 1", fx.rec.BudgetExhausted())
-	}
-	// The budget is shared: the next call gets no retry at all.
-	_, _ = fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 2}})
-	if n := len(fake.Calls()); n != 4 {
-		t.Errorf("%d attempts after a second call, want 4", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		var script []mocks.Fault
+		for i := 0; i < 20; i++ {
+			script = append(script, mocks.DropConnection())
+		}
+		fake := mocks.NewFake("db.budget").Script(script...)
+		budget, err := policy.NewBudget(4, 0.1) // two retries, then refused
+		if err != nil {
+			t.Fatal(err)
+		}
+		fx := newFixture(t, fake, writeguard.WithBudget(budget), writeguard.WithBackoff(policy.Backoff{MaxAttempts: 10, Jitter: func() float64 { return 0.5 }}))
+		t0 := time.Now()
+		_, err = fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}})
+		if !errors.Is(err, writeguard.ErrExhausted) {
+			t.Fatalf("err = %v, want ErrExhausted", err)
+		}
+		if n := len(fake.Calls()); n != 3 {
+			t.Errorf("%d attempts, want 3 (1 + 2 retries the budget allowed)", n)
+		}
+		if fx.rec.BudgetExhausted() != 1 {
+			t.Errorf("%d budget-exhausted events, want 1", fx.rec.BudgetExhausted())
+		}
+		// Waits of 50 and 100 ms before the two retries, and 200 ms for
+		// the refused third (full jitter at 0.5 of 100, 200, 400 ms).
+		if d := time.Since(t0); d != 350*time.Millisecond {
+			t.Errorf("the call took %v, want 350ms: the refused retry's backoff is waited", d)
+		}
+		// The budget is shared: the next call gets no retry at all.
+		_, _ = fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 2}})
+		if n := len(fake.Calls()); n != 4 {
+			t.Errorf("%d attempts after a second call, want 4", n)
+		}
+	})
 }
