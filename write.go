@@ -24,9 +24,11 @@ const MaxDocumentSize = 16 * 1024 * 1024
 //
 // On success it returns exactly what the driver returns. Otherwise it
 // returns a *Report; the result is non-nil, with the _id, when the document
-// is stored (already_written, written_unconfirmed). Inside a transaction
-// it makes one attempt and returns the driver's result and error
-// unchanged.
+// is stored (already_written, written_unconfirmed); its InsertedID is the
+// Go value the driver returns for that _id (policy.IDValue) on every path.
+// Inside a transaction it makes one attempt and returns the driver's
+// result and error unchanged. A nil ctx is context.Background(), as in the
+// driver.
 func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.Lister[options.InsertOneOptions]) (*mongo.InsertOneResult, error) {
 	if ctx == nil {
 		ctx = context.Background() // as the driver does
@@ -72,8 +74,11 @@ func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.L
 // retries, a result listing every document's _id in input order).
 // Otherwise it returns a *Report with one Outcome per document and a
 // result whose InsertedIDs lists the stored documents in input order.
-// documents that is not a slice, or is empty, gets the driver's
-// invalid-argument error (mongo.ErrNotSlice, mongo.ErrEmptySlice).
+// InsertedIDs hold the Go values the driver returns for the _ids
+// (policy.IDValue) on every path. documents that is not a slice, or is
+// empty, gets the driver's invalid-argument error (mongo.ErrNotSlice,
+// mongo.ErrEmptySlice). A nil ctx is context.Background(), as in the
+// driver.
 func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options.Lister[options.InsertManyOptions]) (*mongo.InsertManyResult, error) {
 	if ctx == nil {
 		ctx = context.Background() // as the driver does
@@ -145,9 +150,12 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 // InsertedCount counts the insert models stored (each once), the other
 // counts are summed over the attempts (an update re-sent after a lost
 // reply under WithIdempotent may be counted twice), and UpsertedIDs are
-// keyed by the caller's indices. Otherwise it returns that result and a *Report. Inside
-// a transaction it makes one attempt and returns the driver's result and
-// error unchanged.
+// keyed by the caller's indices. Otherwise it returns that result and a
+// *Report. Inside a transaction it makes one attempt and returns the
+// driver's result and error unchanged. An empty models slice, or a nil or
+// unsupported model, is an invalid argument, as in the driver: nothing is
+// sent and the error (no Report) names the index. A nil ctx is
+// context.Background(), as in the driver.
 func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts ...options.Lister[options.BulkWriteOptions]) (*mongo.BulkWriteResult, error) {
 	if ctx == nil {
 		ctx = context.Background() // as the driver does

@@ -198,9 +198,8 @@ func WriteConcernError(code int32, codeName, errmsg string, labels ...string) Fa
 }
 
 // DocError applies the write but fails the document whose _id equals id
-// with a write error made of fields ({code, errmsg, ...}); the server's
-// ordered semantics apply. Several DocErrors can be combined with
-// Combine.
+// with the write error {code, errmsg}; the server's ordered semantics
+// apply. Several DocErrors can be combined with Combine.
 func DocError(id any, code int32, errmsg string) Fault {
 	return Fault{name: "doc_error", apply: true, docErrors: []docFail{{id: id, fields: bson.D{{Key: "code", Value: code}, {Key: "errmsg", Value: errmsg}}}}}
 }
@@ -596,9 +595,7 @@ func (f *Fake) checkUnique(doc bson.Raw, skip int) bson.D {
 			}
 			same := true
 			for _, fld := range fields {
-				a, errA := doc.LookupErr(fld)
-				b, errB := other.LookupErr(fld)
-				if (errA == nil) != (errB == nil) || errA == nil && !a.Equal(b) {
+				if !sameKey(doc.Lookup(fld), other.Lookup(fld)) {
 					same = false
 					break
 				}
@@ -649,4 +646,23 @@ func (f *Fake) ReplaceOne(ctx context.Context, filter any, replacement any, _ ..
 		return nil, err
 	}
 	return &mongo.UpdateResult{MatchedCount: res.MatchedCount, ModifiedCount: res.ModifiedCount, Acknowledged: true}, err
+}
+
+// sameKey compares two values of a unique index's field as the server's
+// index does: a missing field is null (a non-sparse unique index holds one
+// null key), and numbers compare by value whatever their BSON type
+// (int32 1, int64 1 and double 1.0 are one key).
+func sameKey(a, b bson.RawValue) bool {
+	if nullKey(a) || nullKey(b) {
+		return nullKey(a) && nullKey(b)
+	}
+	if x, ok := a.AsFloat64OK(); ok {
+		y, ok := b.AsFloat64OK()
+		return ok && x == y
+	}
+	return a.Equal(b)
+}
+
+func nullKey(v bson.RawValue) bool {
+	return v.Type == 0 || v.Type == bson.TypeNull || v.Type == bson.TypeUndefined
 }

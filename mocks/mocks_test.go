@@ -97,3 +97,28 @@ func TestFakeBulkUpdates(t *testing.T) {
 		t.Errorf("n = %d, want 3", n)
 	}
 }
+
+// The Fake's unique index keys values as the server does: a missing field
+// and null are one key, and numbers compare by value.
+func TestFakeUniqueKeysLikeTheServer(t *testing.T) {
+	cases := []struct {
+		name        string
+		first, next bson.D
+	}{
+		{"missing then null", bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "_id", Value: 2}, {Key: "email", Value: nil}}},
+		{"null then missing", bson.D{{Key: "_id", Value: 1}, {Key: "email", Value: nil}}, bson.D{{Key: "_id", Value: 2}}},
+		{"int32 then double", bson.D{{Key: "_id", Value: 1}, {Key: "email", Value: int32(1)}}, bson.D{{Key: "_id", Value: 2}, {Key: "email", Value: 1.0}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := mocks.NewFake("db.u").Unique("email")
+			if _, err := f.InsertOne(context.Background(), c.first); err != nil {
+				t.Fatal(err)
+			}
+			_, err := f.InsertOne(context.Background(), c.next)
+			if !mongo.IsDuplicateKeyError(err) {
+				t.Errorf("err = %v, want a duplicate key", err)
+			}
+		})
+	}
+}

@@ -157,7 +157,9 @@ var ErrDeadlineTooClose = errors.New("policy: context deadline is closer than th
 
 // Wait sleeps for d on clock. It returns nil after d; ctx's error as soon
 // as ctx is done; ErrDeadlineTooClose at once when ctx has a deadline
-// earlier than now+d. A nil clock is RealClock. d ≤ 0 returns ctx.Err().
+// earlier than now+d. d ≤ 0 returns ctx.Err(). Pass a nil clock (the real
+// clock); the parameter stays for the deprecated Clock, and tests control
+// time with testing/synctest instead.
 func Wait(ctx context.Context, clock Clock, d time.Duration) error {
 	if clock == nil {
 		clock = RealClock{}

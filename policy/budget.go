@@ -83,8 +83,8 @@ func (b *Budget) Success() {
 	b.mu.Unlock()
 }
 
-// Tokens returns the tokens in the bucket now (MaxTokens for a nil
-// Budget's caller is meaningless: it returns 0).
+// Tokens returns the tokens in the bucket now. A nil Budget (no budget:
+// every retry allowed) has no bucket and returns 0.
 func (b *Budget) Tokens() float64 {
 	if b == nil {
 		return 0

@@ -129,12 +129,22 @@ type ReplyShape struct {
 	Source string
 }
 
-// ReplyShapes is the table of what each failure shape proves, indexed by
-// Shape. It is data: tests and documentation read it, and Failure.Proof
-// looks the proof up in it. Documents after the first write error of an
-// ordered write are NotApplied (the server stops there: CRUD spec, "ordered"
-// option; mongod write_ops_exec.cpp).
-var ReplyShapes = [shapeCount]ReplyShape{
+// ReplyShapes returns the table of what each failure shape proves, one row
+// per Shape in Shape order (a copy: the table itself cannot be changed).
+// Failure.Proof looks the proof up in it. Documents after the first write
+// error of an ordered write are NotApplied (the server stops there: CRUD
+// spec, "ordered" option; mongod write_ops_exec.cpp).
+func ReplyShapes() []ReplyShape { return append([]ReplyShape(nil), replyShapes[:]...) }
+
+// Row returns the shape's row of ReplyShapes.
+func (s Shape) Row() ReplyShape {
+	if s < shapeCount {
+		return replyShapes[s]
+	}
+	return ReplyShape{Shape: s, Name: "shape(" + strconv.Itoa(int(s)) + ")", Failed: MaybeApplied, Others: MaybeApplied}
+}
+
+var replyShapes = [shapeCount]ReplyShape{
 	ShapeWriteError: {ShapeWriteError, "write_error", NotApplied, Applied,
 		"server: a write error means the statement was not applied; the others of the batch were (write_ops_exec.cpp performInserts; CRUD spec, BulkWriteException)"},
 	ShapeWriteConcernError: {ShapeWriteConcernError, "write_concern_error", AppliedUnconfirmed, AppliedUnconfirmed,
@@ -169,23 +179,13 @@ var ReplyShapes = [shapeCount]ReplyShape{
 		"writeguard: an error that is none of the driver's shapes proves nothing about the server's state"},
 }
 
-// String returns the shape's name (ReplyShapes[s].Name).
-func (s Shape) String() string {
-	if s < shapeCount {
-		return ReplyShapes[s].Name
-	}
-	return "shape(" + strconv.Itoa(int(s)) + ")"
-}
+// String returns the shape's name (its row's Name).
+func (s Shape) String() string { return s.Row().Name }
 
 // Proof returns what f proves about the document it names (or, for a
 // whole-command failure, about every document of the command), from
 // ReplyShapes.
-func (f *Failure) Proof() Proof {
-	if f.Shape < shapeCount {
-		return ReplyShapes[f.Shape].Failed
-	}
-	return MaybeApplied
-}
+func (f *Failure) Proof() Proof { return f.Shape.Row().Failed }
 
 // InterruptedCodes are the whole-command codes after which part of a write
 // command may have been applied: the server's Interruption category

@@ -208,7 +208,7 @@ func TestAfterReadBack(t *testing.T) {
 // Every shape has a row that names it, says what it proves and cites its
 // source.
 func TestReplyShapesTable(t *testing.T) {
-	for i, row := range policy.ReplyShapes {
+	for i, row := range policy.ReplyShapes() {
 		if int(row.Shape) != i || row.Name == "" || len(row.Source) < 20 {
 			t.Errorf("row %d: %+v: want its shape, a name and a source", i, row)
 		}
