@@ -70,22 +70,39 @@ func contains(its []*item, x *item) bool {
 	return false
 }
 
-// readBack reads the stored documents with the given _ids, in one query
-// whose first reply holds them all (no getMore, so no cursor to lose when
-// the pool is cleared under it). A retryable read error is retried with
-// the write backoff, up to 3 counted reads (retrySide).
+// readBackChunk bounds the _ids of one read-back query. Each query asks
+// for a first batch and a limit of its number of _ids, so the server
+// answers in one reply and closes the cursor: no getMore, and no cursor to
+// lose when a connection drops under it (FerretDB ties a cursor to its
+// connection and fails the getMore with InternalError).
+const readBackChunk = 100
+
+// readBack reads the stored documents with the given _ids, in queries of
+// at most readBackChunk _ids. A retryable read error is retried with the
+// write backoff, up to 3 counted reads per query (retrySide).
 func (c *call) readBack(ctx context.Context, ids bson.A) (map[string]bson.Raw, error) {
-	var out map[string]bson.Raw
-	err := c.retrySide(ctx, 3, func(int) (err error) {
-		out, err = c.readOnce(ctx, ids)
-		return err
-	})
-	return out, err
+	out := make(map[string]bson.Raw, len(ids))
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), readBackChunk)]
+		ids = ids[len(chunk):]
+		var got map[string]bson.Raw
+		err := c.retrySide(ctx, 3, func(int) (err error) {
+			got, err = c.readOnce(ctx, chunk)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range got {
+			out[k] = v
+		}
+	}
+	return out, nil
 }
 
 func (c *call) readOnce(ctx context.Context, ids bson.A) (map[string]bson.Raw, error) {
 	filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}
-	cur, err := c.g.target.Find(ctx, filter, options.Find().SetBatchSize(int32(len(ids))))
+	cur, err := c.g.target.Find(ctx, filter, options.Find().SetBatchSize(int32(len(ids))).SetLimit(int64(len(ids))))
 	if err != nil {
 		return nil, err
 	}
