@@ -55,7 +55,8 @@ Exit status:
   1  operational failure (server unreachable, a write or read failed)
   2  usage error (unknown command or flag, bad value such as a malformed
      --uri); the message names it
-  3  check failed: demo accounting (rows lost or duplicated), or dlq replay
+  3  check failed: demo accounting (rows lost, duplicated, or left failed,
+     exhausted or unknown by an injected transient fault), or dlq replay
      left documents still invalid or in conflict
 `
 
