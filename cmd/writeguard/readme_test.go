@@ -167,8 +167,8 @@ func TestReadmeSessions(t *testing.T) {
 				if maskVolatile(got) != maskVolatile(c.output) {
 					drift = true
 					if !*update {
-						t.Errorf("%s: the output of %q drifted (run 'go test ./cmd/writeguard -run TestReadmeSessions -update'):\n--- README\n%s--- now\n%s",
-							path, c.line, c.output, got)
+						t.Errorf("%s: the output of %q drifted (run 'go test ./cmd/writeguard -run TestReadmeSessions -update'):\n%s",
+							path, c.line, lineDiff(maskVolatile(c.output), maskVolatile(got)))
 					}
 					c.output = got // only drifted outputs are rewritten
 				}
@@ -198,4 +198,24 @@ func TestReadmeSessions(t *testing.T) {
 	}
 	check("README.md")
 	check(filepath.Join("..", "..", "README.md"))
+}
+
+// lineDiff shows the lines that differ between the README's output and the
+// command's, with their line numbers ("-" README, "+" now).
+func lineDiff(readme, now string) string {
+	a, b := strings.Split(readme, "\n"), strings.Split(now, "\n")
+	var out strings.Builder
+	for i := 0; i < max(len(a), len(b)); i++ {
+		var x, y string
+		if i < len(a) {
+			x = a[i]
+		}
+		if i < len(b) {
+			y = b[i]
+		}
+		if x != y {
+			fmt.Fprintf(&out, "line %d:\n- %s\n+ %s\n", i+1, x, y)
+		}
+	}
+	return out.String()
 }
