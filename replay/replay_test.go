@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -177,8 +178,7 @@ func TestClassifyDriverError(t *testing.T) {
 			t.Errorf("entry %d: outcome %d, want %d (%s)", i, e.out, want[i], e.reason)
 		}
 	}
-	r := &runner{target: fake, res: &Result{}, cfg: &config{}}
-	r.resolveDuplicates(context.Background(), es)
+	resolveDuplicates(context.Background(), fake, es)
 	if es[2].out != outReplayedDup {
 		t.Errorf("same document under its _id: outcome %d, want replayed by duplicate", es[2].out)
 	}
@@ -202,8 +202,7 @@ func TestResolveDuplicatesByID(t *testing.T) {
 	for _, e := range es {
 		e.out = outDuplicate
 	}
-	r := &runner{target: fake, res: &Result{}, cfg: &config{}}
-	r.resolveDuplicates(context.Background(), es)
+	resolveDuplicates(context.Background(), fake, es)
 	if es[0].out != outConflict {
 		t.Errorf("caller's _id holding another document: outcome %d, want conflict", es[0].out)
 	}
@@ -246,8 +245,7 @@ func TestClassifyReport(t *testing.T) {
 		if es[0].out != outReplayed || es[1].out != wantInvalid || es[2].out != outDuplicate {
 			t.Errorf("sink %v: outcomes %d %d %d", sink, es[0].out, es[1].out, es[2].out)
 		}
-		r := &runner{target: g, res: &Result{}, cfg: &config{}}
-		r.resolveDuplicates(context.Background(), es)
+		resolveDuplicates(context.Background(), g, es)
 		if es[2].out != outReplayedDup {
 			t.Errorf("sink %v: dup through Guarded.Target(): %d", sink, es[2].out)
 		}
@@ -336,24 +334,26 @@ func TestNamespace(t *testing.T) {
 }
 
 // TestPace: with a rate, sending waits so the average stays at or below
-// it.
+// it (in a synctest bubble: the waits are exact).
 func TestPace(t *testing.T) {
-	r := &runner{cfg: &config{rate: 100, now: time.Now}, start: time.Now()}
-	for i := 0; i < 4; i++ {
-		if err := r.pace(context.Background(), 10); err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		r := &runner{cfg: &config{rate: 100, now: time.Now}, start: time.Now()}
+		for i := 0; i < 4; i++ {
+			if err := r.pace(context.Background(), 10); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	// 30 envelopes were due before the 4th batch: 0.3 s at 100/s.
-	if el := time.Since(r.start); el < 290*time.Millisecond || el > 2*time.Second {
-		t.Errorf("4 batches of 10 at 100/s took %v, want ~300ms", el)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	r = &runner{cfg: &config{rate: 1, now: time.Now}, start: time.Now(), sent: 100}
-	if err := r.pace(ctx, 1); !errors.Is(err, context.Canceled) {
-		t.Errorf("cancelled pace: %v", err)
-	}
+		// 30 envelopes were due before the 4th batch: 0.3 s at 100/s.
+		if el := time.Since(r.start); el != 300*time.Millisecond {
+			t.Errorf("4 batches of 10 at 100/s took %v, want 300ms", el)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		r = &runner{cfg: &config{rate: 1, now: time.Now}, start: time.Now(), sent: 100}
+		if err := r.pace(ctx, 1); !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled pace: %v", err)
+		}
+	})
 }
 
 func TestSameDocument(t *testing.T) {

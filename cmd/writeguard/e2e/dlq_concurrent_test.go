@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/replay"
+)
+
+// dlInsertCounter adds up the documents the server acknowledged as
+// inserted into one collection (the "n" of each insert reply).
+type dlInsertCounter struct {
+	coll string
+	mu   sync.Mutex
+	reqs map[int64]bool
+	n    int64
+}
+
+func (c *dlInsertCounter) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{
+		Started: func(_ context.Context, e *event.CommandStartedEvent) {
+			if e.CommandName != "insert" {
+				return
+			}
+			if s, ok := e.Command.Lookup("insert").StringValueOK(); ok && s == c.coll {
+				c.mu.Lock()
+				c.reqs[e.RequestID] = true
+				c.mu.Unlock()
+			}
+		},
+		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if !c.reqs[e.RequestID] {
+				return
+			}
+			delete(c.reqs, e.RequestID)
+			if n, ok := e.Reply.Lookup("n").AsInt64OK(); ok {
+				c.n += n
+			}
+		},
+	}
+}
+
+func (c *dlInsertCounter) total() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// dlCrashTarget writes through its target, and on its crashAt-th
+// BulkWrite, once the write is done, cuts the runner off from the DLQ (its
+// client disconnected) and cancels its context: a runner dying between
+// the write and the marking of its envelopes, leases held.
+type dlCrashTarget struct {
+	*writeguard.Guarded
+	crashAt   int
+	calls     int
+	crash     func()
+	wroteLast int
+}
+
+func (c *dlCrashTarget) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts ...options.Lister[options.BulkWriteOptions]) (*mongo.BulkWriteResult, error) {
+	c.calls++
+	res, err := c.Guarded.BulkWrite(ctx, models, opts...)
+	if c.calls == c.crashAt {
+		c.wroteLast = len(models)
+		c.crash()
+	}
+	return res, err
+}
+
+// dlSeedBacklog stores n pending insert envelopes for the bed's target,
+// originals {_id: "doc-00042", sku, qty}.
+func dlSeedBacklog(t *testing.T, b *dlBed, n int) {
+	t.Helper()
+	sink := envelope.NewMongoSink(b.dlq, envelope.WithInsertFirst())
+	for lo := 0; lo < n; lo += 1000 {
+		var envs []envelope.Envelope
+		for i := lo; i < min(lo+1000, n); i++ {
+			orig, err := bson.Marshal(dlDoc("_id", fmt.Sprintf("doc-%05d", i), "sku", fmt.Sprintf("S%d", i), "qty", int32(i%7+1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			envs = append(envs, envelope.Envelope{Original: orig, Code: 121, Namespace: b.ns(), Operation: "insertMany",
+				BatchIndex: i, FailingKeywords: []string{"minimum"}, FailingPaths: []string{"qty"}})
+		}
+		if err := sink.Put(b.ctx, envs); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDLReplayConcurrentRunners: 4 runners (each with its own clients,
+// as 4 processes would have) drain 5,000 pending envelopes at once; one
+// dies mid-batch, after writing its batch to the target and before
+// marking it. Its leases expire and the others take its envelopes over,
+// meeting their documents by _id. In the end every envelope is replayed
+// once: the runners' counts add up to 5,000, the server acknowledged
+// 5,000 inserts into the target in all (no document written twice), and
+// only the dead runner's leases are left.
+func TestDLReplayConcurrentRunners(t *testing.T) {
+	const total, runners, batch = 1000, 4, 100
+	lease := 15 * time.Second
+	b := newDLBed(t, nil)
+	t0 := time.Now()
+	dlSeedBacklog(t, b, total)
+	t.Logf("seeded %d envelopes in %v", total, time.Since(t0))
+	inserts := &dlInsertCounter{coll: dlTarget, reqs: map[int64]bool{}}
+
+	connect := func() *mongo.Client {
+		c, err := mongo.Connect(options.Client().ApplyURI(dlServer.URI()).SetMonitor(inserts.monitor()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+		return c
+	}
+	type outcome struct {
+		res replay.Result
+		err error
+	}
+	outs := make([]outcome, runners)
+	var crash *dlCrashTarget
+	var wg sync.WaitGroup
+	t0 = time.Now()
+	for i := range runners {
+		dlqClient, targetClient := connect(), connect()
+		g, err := writeguard.Wrap(targetClient.Database(b.dbName).Collection(dlTarget), writeguard.WithBackoff(dlFastBackoff))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
+		t.Cleanup(cancel)
+		var target writeguard.Collection = g
+		if i == runners-1 {
+			crash = &dlCrashTarget{Guarded: g, crashAt: 2, crash: func() {
+				_ = dlqClient.Disconnect(context.Background())
+				cancel()
+			}}
+			target = crash
+		}
+		opts := []replay.Option{replay.WithBatchSize(batch), replay.WithLease(lease), replay.WithRunID("drain-1"),
+			replay.WithOwner(fmt.Sprintf("runner-%d", i)), replay.WithFilter(envelope.Filter{Namespaces: []string{b.ns()}})}
+		dlq := dlqClient.Database(b.dbName).Collection(dlDLQ)
+		wg.Go(func() {
+			res, err := replay.Run(ctx, dlq, target, opts...)
+			outs[i] = outcome{res, err}
+		})
+	}
+	wg.Wait()
+	t.Logf("4 runners drained %d envelopes in %v", total, time.Since(t0))
+
+	var sum replay.Result
+	for i, o := range outs {
+		t.Logf("runner-%d: %d batches, replayed %d (%d by duplicate), leases held by others met %d, err %v",
+			i, o.res.Batches, o.res.Replayed, o.res.ReplayedByDuplicate, o.res.LeasesHeld, o.err)
+		if i < runners-1 && o.err != nil {
+			t.Errorf("runner-%d: %v", i, o.err)
+		}
+		sum.Replayed += o.res.Replayed
+		sum.ReplayedByDuplicate += o.res.ReplayedByDuplicate
+		sum.StillInvalid += o.res.StillInvalid
+		sum.Conflicts += o.res.Conflicts
+		sum.Failed += o.res.Failed
+		sum.Skipped += o.res.Skipped
+	}
+	dead := outs[runners-1]
+	if dead.err == nil || !errors.Is(dead.err, context.Canceled) && !errors.Is(dead.err, mongo.ErrClientDisconnected) {
+		t.Errorf("the dying runner returned %v, want its cancellation or lost client", dead.err)
+	}
+	if crash.calls < crash.crashAt || crash.wroteLast == 0 {
+		t.Fatalf("the dying runner never reached its crash (%d writes)", crash.calls)
+	}
+	if dead.res.Batches != crash.crashAt-1 {
+		t.Errorf("the dying runner counted %d batches, want %d (only the marked ones)", dead.res.Batches, crash.crashAt-1)
+	}
+	if sum.Replayed != total {
+		t.Errorf("the runners counted %d envelopes replayed, want %d exactly", sum.Replayed, total)
+	}
+	// At least the dying runner's documents are met by _id (a live runner
+	// that overran its lease would add its own).
+	if sum.ReplayedByDuplicate < int64(crash.wroteLast) {
+		t.Errorf("%d replayed by duplicate, want at least the %d documents the dying runner wrote and never marked", sum.ReplayedByDuplicate, crash.wroteLast)
+	}
+	if sum.StillInvalid+sum.Conflicts+sum.Failed+sum.Skipped != 0 {
+		t.Errorf("outcomes other than replayed: %+v", sum.Counts)
+	}
+	if n := inserts.total(); n != total {
+		t.Errorf("the server acknowledged %d inserts into the target, want %d (one per document)", n, total)
+	}
+	if n := b.count(dlTarget, bson.D{}); n != total {
+		t.Errorf("target holds %d documents, want %d", n, total)
+	}
+	if n := b.count(dlDLQ, bson.D{{Key: "status", Value: envelope.StatusReplayed}, {Key: "replay_run", Value: "drain-1"}}); n != total {
+		t.Errorf("%d envelopes replayed by the run, want %d", n, total)
+	}
+	if n := b.count(dlDLQ, bson.D{{Key: "attempts", Value: bson.D{{Key: "$ne", Value: 1}}}}); n != 0 {
+		t.Errorf("%d envelopes with attempts ≠ 1", n)
+	}
+	st, err := envelope.Stats(b.ctx, b.dlq, envelope.Filter{})
+	if err != nil || st.Envelopes != total || st.Attempts != total || st.Pending != 0 || len(st.ByStatus) != 1 || st.ByStatus[0].Envelopes != total {
+		t.Errorf("stats %+v, %v", st, err)
+	}
+	leases := dlDLQ + replay.LeaseCollectionSuffix
+	claims := bson.D{{Key: "key", Value: bson.D{{Key: "$exists", Value: true}}}}
+	if n := b.count(leases, append(claims, bson.E{Key: "owner", Value: bson.D{{Key: "$ne", Value: fmt.Sprintf("runner-%d", runners-1)}}})); n != 0 {
+		t.Errorf("%d leases of live runners left, want 0 (released)", n)
+	}
+	if n := b.count(leases, claims); n != int64(crash.wroteLast) {
+		t.Errorf("%d leases left, want the dying runner's %d", n, crash.wroteLast)
+	}
+	if n := b.count(leases, bson.D{{Key: "run", Value: "drain-1"}, {Key: "outcome", Value: "replayed"}}); n+
+		b.count(leases, bson.D{{Key: "run", Value: "drain-1"}, {Key: "outcome", Value: "replayed_by_duplicate"}}) != total {
+		t.Errorf("done records: %d replayed (+ by duplicate), want %d in all", n, total)
+	}
+}
