@@ -288,6 +288,13 @@ func TestRunBadOptions(t *testing.T) {
 		{[]Option{WithValidator(bson.D{})}, "needs WithDryRun"},
 		{[]Option{WithValidator(nil)}, "WithValidator(nil)"},
 		{[]Option{WithFilter(envelope.Filter{Statuses: []string{"bogus"}})}, "bad filter"},
+		{[]Option{WithWorkers(0)}, "WithWorkers(0)"},
+		{[]Option{WithWorkers(MaxWorkers + 1)}, "WithWorkers(65)"},
+		{[]Option{WithLease(time.Millisecond)}, "WithLease(1ms)"},
+		{[]Option{WithLeaseCollection(nil)}, "WithLeaseCollection(nil)"},
+		{[]Option{WithOwner("")}, "WithOwner"},
+		{[]Option{WithRunID("")}, "WithRunID"},
+		{[]Option{WithBatchSize(1), nil}, "option 1 is nil"},
 	} {
 		_, err := Run(context.Background(), dlq, target, c.opts...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -297,11 +304,12 @@ func TestRunBadOptions(t *testing.T) {
 	if _, err := Run(context.Background(), dlq, anonTarget{target}); err == nil || !strings.Contains(err.Error(), "no known namespace") {
 		t.Errorf("anonymous target: %v", err)
 	}
-	if _, err := Run(context.Background(), nil, target); err == nil {
-		t.Error("nil dlq: no error")
-	}
-	if _, err := Run(context.Background(), dlq, nil); err == nil {
-		t.Error("nil target: no error")
+	// Every bad value is named at once, nil arguments included.
+	_, err = Run(context.Background(), nil, nil, WithBatchSize(0), WithWorkers(0))
+	for _, want := range []string{"WithBatchSize(0)", "WithWorkers(0)", "nil dead-letter collection", "nil target"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("joined errors: %v, want %q among them", err, want)
+		}
 	}
 	if _, err := Run(context.Background(), dlq, anonTarget{target}, WithDryRun(), WithFilter(envelope.Filter{Namespaces: []string{"db.c"}})); err == nil ||
 		!strings.Contains(err.Error(), "cannot read the validator") {
