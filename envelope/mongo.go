@@ -204,6 +204,7 @@ func WithInsertFirst() SinkOption {
 type MongoSink struct {
 	coll    *mongo.Collection
 	cfg     sinkConfig
+	err     error // a construction error every Put returns
 	stripes [sinkStripes]sync.Mutex
 }
 
@@ -216,13 +217,55 @@ var _ Sink = (*MongoSink)(nil)
 // NewMongoSink returns a Sink storing envelopes in coll. coll must have
 // the unique index on fingerprint that EnsureCollection creates: without
 // it concurrent first captures of one payload can make two envelopes
-// (and, WithInsertFirst, every recapture would). It panics if coll is nil
-// (a programming error).
+// (and, WithInsertFirst, every recapture would). It never panics: a nil
+// coll or a nil option gives a sink whose every Put returns an error
+// naming it (NewCheckedMongoSink reports them at once instead).
+//
+// coll's write concern must be acknowledged (w ≥ 1, the default): with
+// w: 0 the server confirms nothing, so Put could not know that an
+// envelope is stored. Put detects it from the reply (the driver's result
+// says Acknowledged false) and returns an error saying so, wrapping
+// ErrUnacknowledgedSink, rather than report unconfirmed envelopes as
+// stored.
 func NewMongoSink(coll *mongo.Collection, opts ...SinkOption) *MongoSink {
-	if coll == nil {
-		panic("envelope: NewMongoSink(nil collection)")
+	s, err := NewCheckedMongoSink(coll, opts...)
+	if err != nil {
+		return &MongoSink{coll: coll, cfg: newSinkConfig(nil), err: err}
 	}
-	return &MongoSink{coll: coll, cfg: newSinkConfig(opts)}
+	return s
+}
+
+// NewCheckedMongoSink is NewMongoSink returning its errors instead of
+// deferring them to Put: a nil coll and nil options, each named, joined
+// with errors.Join.
+func NewCheckedMongoSink(coll *mongo.Collection, opts ...SinkOption) (*MongoSink, error) {
+	var errs []error
+	if coll == nil {
+		errs = append(errs, errors.New("envelope: NewMongoSink(nil): no dead-letter collection"))
+	}
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("envelope: NewMongoSink: option %d is nil", i))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return &MongoSink{coll: coll, cfg: newSinkConfig(opts)}, nil
+}
+
+// ErrUnacknowledgedSink is wrapped by MongoSink.Put's error when the
+// dead-letter collection's write concern is unacknowledged (w: 0).
+var ErrUnacknowledgedSink = errors.New("envelope: the dead-letter collection's write concern is unacknowledged (w: 0): " +
+	"the server confirmed nothing, so no envelope is known to be stored; give the sink a collection with w ≥ 1")
+
+// acked returns ErrUnacknowledgedSink for a write the server did not
+// acknowledge.
+func acked(acknowledged bool) error {
+	if !acknowledged {
+		return ErrUnacknowledgedSink
+	}
+	return nil
 }
 
 // Collection returns the dead-letter collection s writes to.
@@ -238,6 +281,9 @@ func (s *MongoSink) Collection() *mongo.Collection { return s.coll }
 // an error saying that envelopes were still racing after
 // WithUpsertRetries rounds. An empty envs is a no-op.
 func (s *MongoSink) Put(ctx context.Context, envs []Envelope) error {
+	if s.err != nil {
+		return s.err
+	}
 	if len(envs) == 0 {
 		return nil
 	}
@@ -269,9 +315,9 @@ func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) error {
 		models[i] = m
 	}
 	for round := 0; ; round++ {
-		_, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 		if err == nil {
-			return nil
+			return acked(res.Acknowledged)
 		}
 		var bwe mongo.BulkWriteException
 		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 || round >= s.cfg.upsertRetries {
@@ -325,9 +371,9 @@ func (s *MongoSink) insert(ctx context.Context, docs []bson.Raw, idx []int) ([]i
 	for k, i := range idx {
 		batch[k] = docs[i]
 	}
-	_, err := s.coll.InsertMany(ctx, batch, options.InsertMany().SetOrdered(false))
+	res, err := s.coll.InsertMany(ctx, batch, options.InsertMany().SetOrdered(false))
 	if err == nil {
-		return nil, nil
+		return nil, acked(res.Acknowledged)
 	}
 	var bwe mongo.BulkWriteException
 	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
@@ -368,6 +414,9 @@ func (s *MongoSink) update(ctx context.Context, envs []Envelope, idx []int) ([]i
 	res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	if err != nil {
 		return nil, fmt.Errorf("envelope: updating %d recaptured envelopes: %w", len(idx), err)
+	}
+	if err := acked(res.Acknowledged); err != nil {
+		return nil, err
 	}
 	if res.MatchedCount >= int64(len(idx)) {
 		return nil, nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -267,19 +268,19 @@ func (r *runner) release(ctx context.Context, ids []string) {
 
 // codeInternalError is the server's InternalError (1): FerretDB v1 answers
 // it with "database is locked (5) (SQLITE_BUSY)" when two writers of one
-// SQLite database collide, and the same write then succeeds when sent
-// again.
+// SQLite database collide; the write was not applied and succeeds when
+// sent again.
 const codeInternalError = 1
 
 // retryable reports whether an error of a DLQ or lease operation is worth
 // sending again: one policy classifies as retryable (network errors,
-// transient codes), or an InternalError (see codeInternalError).
+// transient codes), or FerretDB's SQLITE_BUSY (see codeInternalError).
 func retryable(err error) bool {
 	for _, f := range policy.Extract(err) {
 		if f.Origin == policy.OriginContext {
 			return false
 		}
-		if conflictRules.Classify(f).Retryable() || (f.Origin == policy.OriginServer && f.Code == codeInternalError) {
+		if conflictRules.Classify(f).Retryable() || (f.Code == codeInternalError && strings.Contains(f.Message, "SQLITE_BUSY")) {
 			return true
 		}
 	}

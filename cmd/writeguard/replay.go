@@ -55,6 +55,17 @@ func checkReplayFlags(f dlqFlags) string {
 	return ""
 }
 
+// sqliteBusy classifies the embedded server's "database is locked
+// (SQLITE_BUSY)" InternalError as transient: FerretDB answers it when two
+// writers of one SQLite database collide (several --workers), and the
+// write, not applied, succeeds when sent again.
+var sqliteBusy = policy.ClassifierFunc(func(f policy.Failure) policy.Class {
+	if f.Code == 1 && strings.Contains(f.Message, "SQLITE_BUSY") {
+		return policy.Transient
+	}
+	return policy.Unknown
+})
+
 type replayOut struct {
 	Namespace string `json:"namespace"`
 	// Validation says what checks the replayed writes.
@@ -127,8 +138,11 @@ func (rr *replayRun) namespace(ctx context.Context, g envelope.Group) (*replayOu
 		fmt.Fprintf(rr.stderr, "writeguard dlq replay: skipping %d envelopes with namespace %q (no collection)\n", g.Envelopes, g.Key)
 		return nil, exitOK, nil
 	}
-	target, err := writeguard.Wrap(rr.c.Client.Database(db).Collection(coll),
-		writeguard.WithBackoff(policy.Backoff{Base: 50 * time.Millisecond, Cap: 2 * time.Second, MaxAttempts: 6}))
+	opts := []writeguard.Option{writeguard.WithBackoff(policy.Backoff{Base: 50 * time.Millisecond, Cap: 2 * time.Second, MaxAttempts: 6})}
+	if rr.f.dataDir != "" {
+		opts = append(opts, writeguard.WithClassifier(sqliteBusy))
+	}
+	target, err := writeguard.Wrap(rr.c.Client.Database(db).Collection(coll), opts...)
 	if err != nil {
 		return nil, failure(rr.stderr, "dlq replay", err), nil
 	}
@@ -147,7 +161,7 @@ func (rr *replayRun) namespace(ctx context.Context, g envelope.Group) (*replayOu
 			g.Key, g.Envelopes, validation, rr.f.workers, rr.f.batch, rr.f.lease)
 	}
 	base := rr.done
-	opts := []replay.Option{replay.WithFilter(nf), replay.WithBatchSize(rr.f.batch), replay.WithProgress(func(p replay.Progress) {
+	ropts := []replay.Option{replay.WithFilter(nf), replay.WithBatchSize(rr.f.batch), replay.WithProgress(func(p replay.Progress) {
 		if rr.bar != nil {
 			rr.bar.Add(int(base + p.Scanned - rr.done))
 			rr.done = base + p.Scanned
@@ -155,10 +169,10 @@ func (rr *replayRun) namespace(ctx context.Context, g envelope.Group) (*replayOu
 	})}
 	var res replay.Result
 	if rr.f.dryRun {
-		res, err = dryRun(ctx, rr.dlq, target, nf, rr.validator, opts)
+		res, err = dryRun(ctx, rr.dlq, target, nf, rr.validator, ropts)
 	} else {
-		opts = append(opts, replay.WithWorkers(rr.f.workers), replay.WithLease(rr.f.lease))
-		res, err = replay.Run(ctx, rr.dlq, target, opts...)
+		ropts = append(ropts, replay.WithWorkers(rr.f.workers), replay.WithLease(rr.f.lease))
+		res, err = replay.Run(ctx, rr.dlq, target, ropts...)
 	}
 	return &replayOut{Namespace: g.Key, Validation: validation, Result: res}, exitOK, err
 }
