@@ -58,13 +58,18 @@ var _ Sink = (*FileSink)(nil)
 
 // NewFileSink opens (creating it if needed, mode 0600) the file at path
 // for appending and returns a FileSink writing to it. Only the redaction
-// options of opts apply.
+// options of opts apply. A nil option or a bad value is an error (the
+// file is then not opened).
 func NewFileSink(path string, opts ...SinkOption) (*FileSink, error) {
+	cfg := newSinkConfig(opts)
+	if err := cfg.err(); err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("envelope: opening file sink: %w", err)
 	}
-	return &FileSink{f: f, path: path, cfg: newSinkConfig(opts)}, nil
+	return &FileSink{f: f, path: path, cfg: cfg}, nil
 }
 
 // Path returns the file's path.

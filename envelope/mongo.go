@@ -45,8 +45,15 @@ const maxDroppedNames = 100
 const DefaultUpsertRetries = 3
 
 // SinkOption configures a MongoSink (NewMongoSink) or a FileSink
-// (NewFileSink).
-type SinkOption func(*sinkConfig)
+// (NewFileSink). Options are applied in order, then checked together: a
+// nil option or a bad value is an error naming it (all of them joined).
+type SinkOption interface {
+	apply(*sinkConfig)
+}
+
+type sinkOptionFunc func(*sinkConfig)
+
+func (f sinkOptionFunc) apply(c *sinkConfig) { f(c) }
 
 type sinkConfig struct {
 	redact        func(bson.Raw) bson.Raw
@@ -54,20 +61,23 @@ type sinkConfig struct {
 	upsertRetries int
 	insertFirst   bool
 	now           func() time.Time
+	errs          []error
 }
 
+// newSinkConfig applies opts; c.err() reports what was wrong with them.
 func newSinkConfig(opts []SinkOption) sinkConfig {
 	c := sinkConfig{upsertRetries: DefaultUpsertRetries, now: time.Now}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
+	for i, o := range opts {
+		if o == nil {
+			c.errs = append(c.errs, fmt.Errorf("envelope: sink option %d is nil", i))
+			continue
 		}
-	}
-	if c.upsertRetries < 0 {
-		c.upsertRetries = 0
+		o.apply(&c)
 	}
 	return c
 }
+
+func (c *sinkConfig) err() error { return errors.Join(c.errs...) }
 
 // WithRedact sets a hook that rewrites each envelope's original before it
 // is stored, e.g. to drop an ssn field. It receives the original (a valid
@@ -85,7 +95,7 @@ func newSinkConfig(opts []SinkOption) sinkConfig {
 // The hook does not touch err_info, whose consideredValue fields can hold
 // the same values: see WithRedactErrInfo.
 func WithRedact(f func(original bson.Raw) bson.Raw) SinkOption {
-	return func(c *sinkConfig) { c.redact = f }
+	return sinkOptionFunc(func(c *sinkConfig) { c.redact = f })
 }
 
 // WithRedactErrInfo sets a hook that rewrites each envelope's errInfo
@@ -93,15 +103,21 @@ func WithRedact(f func(original bson.Raw) bson.Raw) SinkOption {
 // in consideredValue). Same rules as WithRedact; failing_keywords and
 // failing_paths, computed from the full errInfo, are kept.
 func WithRedactErrInfo(f func(errInfo bson.Raw) bson.Raw) SinkOption {
-	return func(c *sinkConfig) { c.redactErrInfo = f }
+	return sinkOptionFunc(func(c *sinkConfig) { c.redactErrInfo = f })
 }
 
 // WithUpsertRetries sets how many more times MongoSink.Put sends the
 // envelopes that lost a race on the fingerprint index
-// (DefaultUpsertRetries by default; 0: return the error at once). Ignored
-// by FileSink.
+// (DefaultUpsertRetries by default; 0: return the error at once; negative:
+// an error). Ignored by FileSink.
 func WithUpsertRetries(n int) SinkOption {
-	return func(c *sinkConfig) { c.upsertRetries = n }
+	return sinkOptionFunc(func(c *sinkConfig) {
+		if n < 0 {
+			c.errs = append(c.errs, fmt.Errorf("envelope: WithUpsertRetries(%d): want ≥ 0", n))
+			return
+		}
+		c.upsertRetries = n
+	})
 }
 
 // WithInsertFirst makes MongoSink.Put insert new envelopes and update
@@ -109,7 +125,7 @@ func WithUpsertRetries(n int) SinkOption {
 // same result, much faster on servers that scan the collection for every
 // upsert (FerretDB v1; see MongoSink). Ignored by FileSink.
 func WithInsertFirst() SinkOption {
-	return func(c *sinkConfig) { c.insertFirst = true }
+	return sinkOptionFunc(func(c *sinkConfig) { c.insertFirst = true })
 }
 
 // MongoSink is a Sink that stores envelopes in a MongoDB collection, the
@@ -219,7 +235,8 @@ var _ Sink = (*MongoSink)(nil)
 // it concurrent first captures of one payload can make two envelopes
 // (and, WithInsertFirst, every recapture would). It never panics: a nil
 // coll or a nil option gives a sink whose every Put returns an error
-// naming it (NewCheckedMongoSink reports them at once instead).
+// naming it, as does a bad option value (NewCheckedMongoSink reports
+// them at once instead).
 //
 // coll's write concern must be acknowledged (w ≥ 1, the default): with
 // w: 0 the server confirms nothing, so Put could not know that an
@@ -236,22 +253,17 @@ func NewMongoSink(coll *mongo.Collection, opts ...SinkOption) *MongoSink {
 }
 
 // NewCheckedMongoSink is NewMongoSink returning its errors instead of
-// deferring them to Put: a nil coll and nil options, each named, joined
-// with errors.Join.
+// deferring them to Put: a nil coll, nil options and bad option values,
+// each named, joined with errors.Join.
 func NewCheckedMongoSink(coll *mongo.Collection, opts ...SinkOption) (*MongoSink, error) {
-	var errs []error
+	cfg := newSinkConfig(opts)
 	if coll == nil {
-		errs = append(errs, errors.New("envelope: NewMongoSink(nil): no dead-letter collection"))
+		cfg.errs = append([]error{errors.New("envelope: NewMongoSink(nil): no dead-letter collection")}, cfg.errs...)
 	}
-	for i, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("envelope: NewMongoSink: option %d is nil", i))
-		}
+	if err := cfg.err(); err != nil {
+		return nil, err
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return &MongoSink{coll: coll, cfg: newSinkConfig(opts)}, nil
+	return &MongoSink{coll: coll, cfg: cfg}, nil
 }
 
 // ErrUnacknowledgedSink is wrapped by MongoSink.Put's error when the
@@ -767,6 +779,9 @@ func storedFields(env Envelope) bson.D {
 // one document without the _id the server assigns. For tests and tools.
 func StoredDocument(env Envelope, opts ...SinkOption) (bson.Raw, error) {
 	cfg := newSinkConfig(opts)
+	if err := cfg.err(); err != nil {
+		return nil, err
+	}
 	merged := mergeByFingerprint([]Envelope{env})
 	e, err := prepareForStore(merged[0], cfg)
 	if err != nil {

@@ -155,8 +155,16 @@ func (r SetupReport) String() string {
 
 func (r *SetupReport) add(fr FeatureResult) { r.Features = append(r.Features, fr) }
 
-// SetupOption configures EnsureCollection.
-type SetupOption func(*setupConfig)
+// SetupOption configures EnsureCollection. Options are applied in order,
+// then checked together: a nil option or a bad value is an error naming
+// it (all of them joined).
+type SetupOption interface {
+	apply(*setupConfig)
+}
+
+type setupOptionFunc func(*setupConfig)
+
+func (f setupOptionFunc) apply(c *setupConfig) { f(c) }
 
 type setupConfig struct {
 	validator bool
@@ -179,7 +187,7 @@ type setupConfig struct {
 // not it was replayed; size ttl to the longest a backlog may wait for a
 // fix.
 func WithTTL(field string, ttl time.Duration) SetupOption {
-	return func(c *setupConfig) {
+	return setupOptionFunc(func(c *setupConfig) {
 		if field == "" {
 			field = DefaultTTLField
 		}
@@ -193,19 +201,19 @@ func WithTTL(field string, ttl time.Duration) SetupOption {
 			return
 		}
 		c.ttlField, c.ttl = field, ttl
-	}
+	})
 }
 
 // WithoutValidator leaves the collection's validator alone
 // (FeatureDisabled).
 func WithoutValidator() SetupOption {
-	return func(c *setupConfig) { c.validator = false }
+	return setupOptionFunc(func(c *setupConfig) { c.validator = false })
 }
 
 // WithoutStatusIndex does not create the {status, namespace, first_seen}
 // index (FeatureDisabled).
 func WithoutStatusIndex() SetupOption {
-	return func(c *setupConfig) { c.status = false }
+	return setupOptionFunc(func(c *setupConfig) { c.status = false })
 }
 
 // Validator returns the validator EnsureCollection gives the dead-letter
@@ -288,18 +296,21 @@ const (
 // the report holds what was done until then.
 func EnsureCollection(ctx context.Context, db *mongo.Database, name string, opts ...SetupOption) (SetupReport, error) {
 	cfg := setupConfig{validator: true, ttlField: DefaultTTLField, ttl: DefaultTTL, status: true}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
+	for i, o := range opts {
+		if o == nil {
+			cfg.errs = append(cfg.errs, fmt.Errorf("envelope: EnsureCollection: option %d is nil", i))
+			continue
 		}
+		o.apply(&cfg)
 	}
 	rep := SetupReport{}
 	if db == nil {
-		return rep, errors.New("envelope: EnsureCollection(nil database)")
+		cfg.errs = append([]error{errors.New("envelope: EnsureCollection(nil database)")}, cfg.errs...)
+	} else {
+		rep.Namespace = db.Name() + "." + name
 	}
-	rep.Namespace = db.Name() + "." + name
 	if name == "" {
-		return rep, errors.New("envelope: EnsureCollection: empty collection name")
+		cfg.errs = append(cfg.errs, errors.New("envelope: EnsureCollection: empty collection name"))
 	}
 	if len(cfg.errs) > 0 {
 		return rep, errors.Join(cfg.errs...)
