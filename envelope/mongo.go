@@ -11,11 +11,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard/policy"
 )
 
 // MaxBSONSize is the largest document a MongoDB server stores, 16 MiB
 // (maxBsonObjectSize in the hello reply; larger documents fail with 10334
-// BSONObjectTooLarge).
+// BSONObjectTooLarge). It is the same limit as writeguard.MaxDocumentSize.
 const MaxBSONSize = 16 * 1024 * 1024
 
 // EnvelopeHeadroom is the room, in bytes, that MongoSink keeps free below
@@ -271,6 +273,17 @@ func NewCheckedMongoSink(coll *mongo.Collection, opts ...SinkOption) (*MongoSink
 var ErrUnacknowledgedSink = errors.New("envelope: the dead-letter collection's write concern is unacknowledged (w: 0): " +
 	"the server confirmed nothing, so no envelope is known to be stored; give the sink a collection with w ≥ 1")
 
+// conflictRules classifies duplicate keys exactly as the guarded
+// collection's default table does.
+var conflictRules = policy.Default()
+
+// isDuplicateKey reports whether f is a duplicate-key failure by policy's
+// rules (policy.DefaultConflictCodes, and 16460 carrying " E11000 "). It
+// stands in for policy.IsDuplicateKey, which it is named after.
+func isDuplicateKey(f policy.Failure) bool {
+	return conflictRules.Classify(policy.Failure{Origin: policy.OriginServer, Code: f.Code, Message: f.Message}) == policy.Conflict
+}
+
 // acked returns ErrUnacknowledgedSink for a write the server did not
 // acknowledge.
 func acked(acknowledged bool) error {
@@ -336,11 +349,11 @@ func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) error {
 			return fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
 		}
 		var again []mongo.WriteModel
-		for _, we := range bwe.WriteErrors {
-			if we.Code != 11000 || we.Index < 0 || we.Index >= len(models) {
+		for _, f := range policy.Extract(err) {
+			if !isDuplicateKey(f) || f.Index < 0 || f.Index >= len(models) {
 				return fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
 			}
-			again = append(again, models[we.Index])
+			again = append(again, models[f.Index])
 		}
 		models = again
 	}
@@ -392,11 +405,11 @@ func (s *MongoSink) insert(ctx context.Context, docs []bson.Raw, idx []int) ([]i
 		return nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
 	}
 	dups := make([]int, 0, len(bwe.WriteErrors))
-	for _, we := range bwe.WriteErrors {
-		if we.Code != 11000 || we.Index < 0 || we.Index >= len(idx) {
+	for _, f := range policy.Extract(err) {
+		if !isDuplicateKey(f) || f.Index < 0 || f.Index >= len(idx) {
 			return nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
 		}
-		dups = append(dups, idx[we.Index])
+		dups = append(dups, idx[f.Index])
 	}
 	return dups, nil
 }

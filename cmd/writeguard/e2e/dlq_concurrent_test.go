@@ -108,7 +108,7 @@ var dlSQLiteBusy = policy.ClassifierFunc(func(f policy.Failure) policy.Class {
 func dlConcurrentSize() (total, batch int, lease time.Duration) {
 	total, batch, lease = 1000, 100, 15*time.Second
 	if dlRace {
-		total, batch, lease = 200, 25, 60*time.Second
+		total, batch, lease = 120, 15, 30*time.Second
 	}
 	if n, err := strconv.Atoi(os.Getenv("WRITEGUARD_REPLAY_ENVELOPES")); err == nil && n > 0 {
 		total, batch = n, max(n/20, 10)
