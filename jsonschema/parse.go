@@ -428,77 +428,94 @@ func (p *parser) arrayKeywords(kw map[string]any, path string, hasPath bool, typ
 			add(makeRestriction(singleType(tArray), path, &node{kind: kUnique, ann: ann, path: path}, typeExpr))
 		}
 	}
-	var (
-		startAdditional int64
-		haveStart       bool
-	)
-	if v, ok := kw["items"]; ok {
-		switch x := v.(type) {
-		case bson.A:
-			andItems := &node{kind: kAnd, ann: genAnn("items", wrap("items", v), nil)}
-			for i, sub := range x {
-				subDoc, isDoc := sub.(bson.D)
-				if !isDoc {
-					return schemaErr("$jsonSchema keyword 'items' requires that each element of the array is an object")
-				}
-				filter, err := p.parseSchema(placeholder, true, subDoc)
-				if err != nil {
-					return err
-				}
-				andItems.children = append(andItems.children, &node{
-					kind: kMatchArrayIndex, ann: genAnn("", bson.D{}, nil), path: path,
-					index: int64(i), children: []*node{filter},
-				})
-			}
-			startAdditional, haveStart = int64(len(x)), true
-			if !hasPath {
-				add(&node{kind: kAlwaysTrue, ann: genAnn("items", wrap("items", v), nil)})
-			} else {
-				add(makeRestriction(singleType(tArray), path, andItems, typeExpr))
-			}
-		case bson.D:
-			filter, err := p.parseSchema(placeholder, true, x)
-			if err != nil {
-				return err
-			}
-			ann := genAnn("items", wrap("items", v), nil)
-			if !hasPath {
-				add(&node{kind: kAlwaysTrue, ann: ann})
-			} else {
-				all := &node{kind: kAllElemFromIndex, ann: ann, path: path, index: 0, children: []*node{filter}}
-				add(makeRestriction(singleType(tArray), path, all, typeExpr))
-			}
-		default:
-			return schemaErr("$jsonSchema keyword 'items' must be an array or an object")
-		}
+	startAdditional, haveStart, err := p.itemsKeyword(kw, path, hasPath, typeExpr, add)
+	if err != nil {
+		return err
 	}
-	if v, ok := kw["additionalItems"]; ok {
-		var filter *node
-		switch x := v.(type) {
-		case bool:
-			if x {
-				filter = &node{kind: kAlwaysTrue, ann: ignoreAnn()}
-			} else {
-				filter = &node{kind: kAlwaysFalse, ann: ignoreAnn()}
+	return p.additionalItemsKeyword(kw, startAdditional, haveStart, path, hasPath, typeExpr, add)
+}
+
+// itemsKeyword parses items: a schema every element must match, or an
+// array of schemas for the elements at those indexes (then the returned
+// start is where additionalItems begins).
+func (p *parser) itemsKeyword(kw map[string]any, path string, hasPath bool, typeExpr *node, add func(*node)) (start int64, haveStart bool, err error) {
+	v, ok := kw["items"]
+	if !ok {
+		return 0, false, nil
+	}
+	switch x := v.(type) {
+	case bson.A:
+		andItems := &node{kind: kAnd, ann: genAnn("items", wrap("items", v), nil)}
+		for i, sub := range x {
+			subDoc, isDoc := sub.(bson.D)
+			if !isDoc {
+				return 0, false, schemaErr("$jsonSchema keyword 'items' requires that each element of the array is an object")
 			}
-		case bson.D:
-			f, err := p.parseSchema(placeholder, true, x)
+			filter, err := p.parseSchema(placeholder, true, subDoc)
 			if err != nil {
-				return err
+				return 0, false, err
 			}
-			filter = f
-		default:
-			return schemaErr("$jsonSchema keyword 'additionalItems' must be either an object or a boolean")
+			andItems.children = append(andItems.children, &node{
+				kind: kMatchArrayIndex, ann: genAnn("", bson.D{}, nil), path: path,
+				index: int64(i), children: []*node{filter},
+			})
 		}
-		if haveStart {
-			ann := genAnn("additionalItems", wrap("additionalItems", v), nil)
-			if !hasPath {
-				add(&node{kind: kAlwaysTrue, ann: ann})
-			} else {
-				all := &node{kind: kAllElemFromIndex, ann: ann, path: path, index: startAdditional, children: []*node{filter}}
-				add(makeRestriction(singleType(tArray), path, all, typeExpr))
-			}
+		if !hasPath {
+			add(&node{kind: kAlwaysTrue, ann: genAnn("items", wrap("items", v), nil)})
+		} else {
+			add(makeRestriction(singleType(tArray), path, andItems, typeExpr))
 		}
+		return int64(len(x)), true, nil
+	case bson.D:
+		filter, err := p.parseSchema(placeholder, true, x)
+		if err != nil {
+			return 0, false, err
+		}
+		ann := genAnn("items", wrap("items", v), nil)
+		if !hasPath {
+			add(&node{kind: kAlwaysTrue, ann: ann})
+		} else {
+			all := &node{kind: kAllElemFromIndex, ann: ann, path: path, index: 0, children: []*node{filter}}
+			add(makeRestriction(singleType(tArray), path, all, typeExpr))
+		}
+		return 0, false, nil
+	}
+	return 0, false, schemaErr("$jsonSchema keyword 'items' must be an array or an object")
+}
+
+// additionalItemsKeyword parses additionalItems: the schema of the
+// elements past an items array (ignored without one, as by the server).
+func (p *parser) additionalItemsKeyword(kw map[string]any, start int64, haveStart bool, path string, hasPath bool, typeExpr *node, add func(*node)) error {
+	v, ok := kw["additionalItems"]
+	if !ok {
+		return nil
+	}
+	var filter *node
+	switch x := v.(type) {
+	case bool:
+		if x {
+			filter = &node{kind: kAlwaysTrue, ann: ignoreAnn()}
+		} else {
+			filter = &node{kind: kAlwaysFalse, ann: ignoreAnn()}
+		}
+	case bson.D:
+		f, err := p.parseSchema(placeholder, true, x)
+		if err != nil {
+			return err
+		}
+		filter = f
+	default:
+		return schemaErr("$jsonSchema keyword 'additionalItems' must be either an object or a boolean")
+	}
+	if !haveStart {
+		return nil
+	}
+	ann := genAnn("additionalItems", wrap("additionalItems", v), nil)
+	if !hasPath {
+		add(&node{kind: kAlwaysTrue, ann: ann})
+	} else {
+		all := &node{kind: kAllElemFromIndex, ann: ann, path: path, index: start, children: []*node{filter}}
+		add(makeRestriction(singleType(tArray), path, all, typeExpr))
 	}
 	return nil
 }
