@@ -38,4 +38,3 @@ func TestTimestampsFromTimeNow(t *testing.T) {
 		}
 	})
 }
-
