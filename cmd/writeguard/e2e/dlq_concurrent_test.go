@@ -262,3 +262,29 @@ func TestDLReplayConcurrentRunners(t *testing.T) {
 		t.Errorf("done records: %d replayed (+ by duplicate), want %d in all", n, total)
 	}
 }
+
+// TestDLReplayWorkersTryOncePerRun: with three workers and one envelope
+// per batch, envelopes rejected again are tried once by the run (attempts
+// + 1, not + 3): the workers skip what another of them tried. A second
+// run tries them again.
+func TestDLReplayWorkersTryOncePerRun(t *testing.T) {
+	b := newDLBed(t, dlSchema)
+	dlBacklog(t, b)
+	for run := 1; run <= 2; run++ {
+		res, err := replayRun(b, b.replayTarget(), replay.WithWorkers(3), replay.WithBatchSize(1), replay.WithLease(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Scanned != 5 || res.StillInvalid != 5 || res.Batches != 5 {
+			t.Errorf("run %d: %+v, want 5 envelopes tried once each, in 5 batches", run, res)
+		}
+		for _, e := range b.envelopes() {
+			if e.Attempts != 1+run || e.Status != envelope.StatusPending || e.ReplayRun == "" {
+				t.Errorf("run %d: envelope %v: attempts %d, status %s, replay_run %q", run, e.DocumentID, e.Attempts, e.Status, e.ReplayRun)
+			}
+		}
+	}
+	if n := b.count(dlDLQ+replay.LeaseCollectionSuffix, bson.D{{Key: "key", Value: bson.D{{Key: "$exists", Value: true}}}}); n != 0 {
+		t.Errorf("%d leases left after two complete runs", n)
+	}
+}
