@@ -18,7 +18,9 @@ import (
 
 // Counts are the per-envelope outcomes of a replay.
 type Counts struct {
-	// Scanned is the number of envelopes read from the DLQ.
+	// Scanned is the number of envelopes tried: claimed, replayed and
+	// marked (each counted by one runner of the run only; see the package
+	// documentation). Envelopes another runner held are not counted.
 	Scanned int64
 	// Replayed were written to the target (or found there already) and
 	// are now status replayed.
