@@ -199,6 +199,10 @@ func drain(ctx context.Context, cfg *config, dlq *mongo.Collection, target write
 	defer cancel()
 	// Envelopes tried by this run are left to no other of its runners.
 	q = bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "replay_run", Value: bson.D{{Key: "$ne", Value: cfg.run}}}}}}}
+	// Claims look leases up by key: index it (best effort; an existing
+	// index makes this a no-op, and a server refusing it only costs
+	// scans of the lease collection).
+	_, _ = cfg.leases.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "key", Value: 1}}})
 	sh := &shared{cfg: cfg, start: start}
 	runners := make([]*runner, cfg.workers)
 	var wg sync.WaitGroup
