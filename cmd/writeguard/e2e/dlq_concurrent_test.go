@@ -64,22 +64,28 @@ func (c *dlInsertCounter) total() int64 {
 }
 
 // dlCrashTarget writes through its target, and on its crashAt-th
-// BulkWrite, once the write is done, cuts the runner off from the DLQ (its
+// BulkWrite calls reached (the other runners start then), writes, lets the
+// others run for a moment, then cuts the runner off from the DLQ (its
 // client disconnected) and cancels its context: a runner dying between
 // the write and the marking of its envelopes, leases held.
 type dlCrashTarget struct {
 	*writeguard.Guarded
 	crashAt   int
 	calls     int
+	reached   func()
 	crash     func()
 	wroteLast int
 }
 
 func (c *dlCrashTarget) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts ...options.Lister[options.BulkWriteOptions]) (*mongo.BulkWriteResult, error) {
 	c.calls++
+	if c.calls == c.crashAt {
+		c.reached()
+	}
 	res, err := c.Guarded.BulkWrite(ctx, models, opts...)
 	if c.calls == c.crashAt {
 		c.wroteLast = len(models)
+		time.Sleep(200 * time.Millisecond)
 		c.crash()
 	}
 	return res, err
@@ -138,9 +144,10 @@ func dlSeedBacklog(t *testing.T, b *dlBed, n int) {
 }
 
 // TestDLReplayConcurrentRunners: 4 runners (each with its own clients,
-// as 4 processes would have) drain 5,000 pending envelopes at once; one
-// dies mid-batch, after writing its batch to the target and before
-// marking it. Its leases expire and the others take its envelopes over,
+// as 4 processes would have) drain a backlog of pending envelopes at once
+// (see dlConcurrentSize); one dies mid-batch, after writing its first
+// batch to the target and before marking it (the other three start when
+// it has claimed that batch, so it always has one). Its leases expire and the others take its envelopes over,
 // meeting their documents by _id. In the end every envelope is replayed
 // once: the runners' counts add up to 5,000, the server acknowledged
 // 5,000 inserts into the target in all (no document written twice), and
@@ -169,6 +176,8 @@ func TestDLReplayConcurrentRunners(t *testing.T) {
 	outs := make([]outcome, runners)
 	var crash *dlCrashTarget
 	var wg sync.WaitGroup
+	started := make(chan struct{})
+	start := sync.OnceFunc(func() { close(started) })
 	t0 = time.Now()
 	for i := range runners {
 		dlqClient, targetClient := connect(), connect()
@@ -181,7 +190,7 @@ func TestDLReplayConcurrentRunners(t *testing.T) {
 		t.Cleanup(cancel)
 		var target writeguard.Collection = g
 		if i == runners-1 {
-			crash = &dlCrashTarget{Guarded: g, crashAt: 2, crash: func() {
+			crash = &dlCrashTarget{Guarded: g, crashAt: 1, reached: start, crash: func() {
 				_ = dlqClient.Disconnect(context.Background())
 				cancel()
 			}}
@@ -190,9 +199,19 @@ func TestDLReplayConcurrentRunners(t *testing.T) {
 		opts := []replay.Option{replay.WithBatchSize(batch), replay.WithLease(lease), replay.WithRunID("drain-1"),
 			replay.WithOwner(fmt.Sprintf("runner-%d", i)), replay.WithFilter(envelope.Filter{Namespaces: []string{b.ns()}})}
 		dlq := dlqClient.Database(b.dbName).Collection(dlDLQ)
+		dying := i == runners-1
 		wg.Go(func() {
+			if !dying {
+				select {
+				case <-started:
+				case <-ctx.Done():
+				}
+			}
 			res, err := replay.Run(ctx, dlq, target, opts...)
 			outs[i] = outcome{res, err}
+			if dying {
+				start() // in case it died before its first write
+			}
 		})
 	}
 	wg.Wait()
@@ -216,11 +235,11 @@ func TestDLReplayConcurrentRunners(t *testing.T) {
 	if dead.err == nil || !errors.Is(dead.err, context.Canceled) && !errors.Is(dead.err, mongo.ErrClientDisconnected) {
 		t.Errorf("the dying runner returned %v, want its cancellation or lost client", dead.err)
 	}
-	if crash.calls < crash.crashAt || crash.wroteLast == 0 {
-		t.Fatalf("the dying runner never reached its crash (%d writes)", crash.calls)
+	if crash.calls != crash.crashAt || crash.wroteLast == 0 {
+		t.Fatalf("the dying runner made %d writes of %d documents, want it to die in its first", crash.calls, crash.wroteLast)
 	}
-	if dead.res.Batches != crash.crashAt-1 {
-		t.Errorf("the dying runner counted %d batches, want %d (only the marked ones)", dead.res.Batches, crash.crashAt-1)
+	if dead.res.Batches != 0 || dead.res.Replayed != 0 {
+		t.Errorf("the dying runner counted %d batches, %d replayed; want none (it marked nothing)", dead.res.Batches, dead.res.Replayed)
 	}
 	if sum.Replayed != int64(total) {
 		t.Errorf("the runners counted %d envelopes replayed, want %d exactly", sum.Replayed, total)
