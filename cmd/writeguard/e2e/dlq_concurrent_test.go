@@ -110,16 +110,16 @@ var dlSQLiteBusy = policy.ClassifierFunc(func(f policy.Failure) policy.Class {
 // envelopes costs N² row reads: 1,000 take ~50 s with four runners; the
 // issue's 5,000 would take over 10 minutes, and a race build is tens of
 // times slower. WRITEGUARD_REPLAY_ENVELOPES sets another count (e.g. 5000
-// for a long run).
-func dlConcurrentSize() (total, batch int, lease time.Duration) {
-	total, batch, lease = 1000, 100, 15*time.Second
+// for a long run, with go test -timeout 60m); limit bounds each runner.
+func dlConcurrentSize() (total, batch int, lease, limit time.Duration) {
+	total, batch, lease, limit = 1000, 100, 15*time.Second, 5*time.Minute
 	if dlRace {
 		total, batch, lease = 120, 15, 30*time.Second
 	}
 	if n, err := strconv.Atoi(os.Getenv("WRITEGUARD_REPLAY_ENVELOPES")); err == nil && n > 0 {
-		total, batch = n, max(n/20, 10)
+		total, batch, limit = n, max(n/20, 10), 50*time.Minute
 	}
-	return total, batch, lease
+	return total, batch, lease, limit
 }
 
 // dlSeedBacklog stores n pending insert envelopes for the bed's target,
@@ -154,7 +154,7 @@ func dlSeedBacklog(t *testing.T, b *dlBed, n int) {
 // only the dead runner's leases are left.
 func TestDLReplayConcurrentRunners(t *testing.T) {
 	const runners = 4
-	total, batch, lease := dlConcurrentSize()
+	total, batch, lease, limit := dlConcurrentSize()
 	b := newDLBed(t, nil)
 	t0 := time.Now()
 	dlSeedBacklog(t, b, total)
@@ -186,7 +186,7 @@ func TestDLReplayConcurrentRunners(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
+		ctx, cancel := context.WithTimeout(b.ctx, limit)
 		t.Cleanup(cancel)
 		var target writeguard.Collection = g
 		if i == runners-1 {
