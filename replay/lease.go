@@ -252,14 +252,17 @@ func (r *runner) ownLeases(ctx context.Context, ids []string, claimedAt time.Tim
 	return out, nil
 }
 
-// release deletes leases, even after ctx ended (for up to 10 s); a
-// failure leaves them to expire.
+// release deletes leases; after ctx ended it still tries, for up to
+// 10 s. A failure leaves them to expire.
 func (r *runner) release(ctx context.Context, ids []string) {
 	if len(ids) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+	}
 	_ = retry(ctx, func() error {
 		_, err := r.cfg.leases.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
 		return err

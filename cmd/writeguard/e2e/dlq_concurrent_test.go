@@ -117,7 +117,8 @@ func dlConcurrentSize() (total, batch int, lease, limit time.Duration) {
 		total, batch, lease = 120, 15, 30*time.Second
 	}
 	if n, err := strconv.Atoi(os.Getenv("WRITEGUARD_REPLAY_ENVELOPES")); err == nil && n > 0 {
-		total, batch, limit = n, max(n/20, 10), 50*time.Minute
+		// A batch's marks cost batch × n row reads: give it room.
+		total, batch, lease, limit = n, max(n/20, 10), max(lease, time.Duration(n/20)*time.Duration(n)*50*time.Microsecond), 50*time.Minute
 	}
 	return total, batch, lease, limit
 }
