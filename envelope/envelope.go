@@ -22,9 +22,9 @@ const (
 )
 
 // Envelope is one dead-lettered document or write model, as stored in the
-// dead-letter collection. Field names (bson tags) are the stored names of
-// DESIGN §6; they are part of the stored format and do not change within a
-// SchemaVersion.
+// dead-letter collection. Field names (bson tags) are the stored names
+// (the collection's validator, Validator, checks the core ones); they are
+// part of the stored format and do not change within a SchemaVersion.
 type Envelope struct {
 	// SchemaVersion is the layout version (SchemaVersion).
 	SchemaVersion int `bson:"schema_version" json:"schema_version"`
@@ -89,6 +89,12 @@ type Envelope struct {
 	// ReplayedAt is when a replay wrote the payload to its target (status
 	// replayed); zero otherwise. Set by package replay.
 	ReplayedAt time.Time `bson:"replayed_at,omitempty" json:"replayed_at,omitzero"`
+	// ReplayRun is the id of the last replay run that tried the envelope
+	// (package replay, WithRunID), whatever the outcome; the runners of
+	// one run skip the envelopes it names. Empty before any replay.
+	ReplayRun string `bson:"replay_run,omitempty" json:"replay_run,omitempty"`
+	// ReplayTriedAt is when that run tried it; zero before any replay.
+	ReplayTriedAt time.Time `bson:"replay_tried_at,omitempty" json:"replay_tried_at,omitzero"`
 	// DiscardedAt is when Discard gave the envelope up (status discarded);
 	// zero otherwise.
 	DiscardedAt time.Time `bson:"discarded_at,omitempty" json:"discarded_at,omitzero"`

@@ -238,73 +238,102 @@ func (w *errInfoWalker) walkArray(arr []byte, path string, depth int) walkResult
 	return res
 }
 
+// walkDoc walks one node of the details tree: it reads what the node is
+// (nodeHeader), records its operator and the paths it names, walks its
+// children, and records the operator as a leaf when no child has one.
 func (w *errInfoWalker) walkDoc(doc []byte, path string, depth int) walkResult {
 	if depth > maxErrInfoDepth {
 		return walkResult{incomplete: true}
 	}
+	h := readNodeHeader(doc)
+	var res walkResult
+	if h.op != "" {
+		res.hasOp = true
+		if w.wantOps {
+			w.ops = append(w.ops, h.op)
+		}
+	}
+	childPath := w.nodePaths(h, path, &res)
+	below := w.walkChildren(doc, h.op, path, childPath, depth)
+	res.added = res.added || below.added
+	res.incomplete = below.incomplete
+	if h.op != "" && !below.hasOp && !below.incomplete {
+		// A leaf operator.
+		if w.wantLeaves {
+			w.leaves.add(h.op)
+		}
+		if w.wantPaths && !res.added && path != "" {
+			w.paths.add(path)
+		}
+	}
+	res.hasOp = res.hasOp || below.hasOp
+	return res
+}
 
-	// First pass: the fields that say what this node is. The first
-	// occurrence of a key counts.
-	var (
-		op, propName, failingProp          string
-		hasProp, hasFailing, specIsDoc     bool
-		seenOp, seenProp, seenFail, seenSp bool
-		spec                               []byte
-	)
+// nodeHeader is what a details node says about itself: operatorName,
+// propertyName, failingProperty and specifiedAs (the first occurrence of
+// each key counts).
+type nodeHeader struct {
+	op, propName, failingProp string
+	hasProp, hasFailing       bool
+	spec                      []byte
+	specIsDoc                 bool
+}
+
+func readNodeHeader(doc []byte) nodeHeader {
+	var h nodeHeader
+	var seenOp, seenProp, seenFail, seenSp bool
 	it := newElemIter(doc)
 	for {
 		key, t, val, ok := it.next()
 		if !ok {
-			break
+			return h
 		}
 		switch string(key) {
 		case "operatorName":
 			if !seenOp {
 				seenOp = true
 				if s, ok := stringValue(t, val); ok && s != "" {
-					op = s
+					h.op = s
 				}
 			}
 		case "propertyName":
 			if !seenProp {
 				seenProp = true
-				propName, hasProp = stringValue(t, val)
+				h.propName, h.hasProp = stringValue(t, val)
 			}
 		case "failingProperty":
 			if !seenFail {
 				seenFail = true
-				failingProp, hasFailing = stringValue(t, val)
+				h.failingProp, h.hasFailing = stringValue(t, val)
 			}
 		case "specifiedAs":
 			if !seenSp {
 				seenSp = true
-				spec, specIsDoc = val, t == bson.TypeEmbeddedDocument
+				h.spec, h.specIsDoc = val, t == bson.TypeEmbeddedDocument
 			}
 		}
 	}
+}
 
-	var res walkResult
-	if op != "" {
-		res.hasOp = true
-		if w.wantOps {
-			w.ops = append(w.ops, op)
-		}
-	}
-
+// nodePaths records the paths a node names itself (failingProperty, and
+// the fields of a query operator's specifiedAs) and returns the path of
+// its children.
+func (w *errInfoWalker) nodePaths(h nodeHeader, path string, res *walkResult) string {
 	childPath := path
-	if hasProp && w.wantPaths {
-		childPath = joinPath(path, propName)
+	if h.hasProp && w.wantPaths {
+		childPath = joinPath(path, h.propName)
 	}
-	if hasFailing {
+	if h.hasFailing {
 		res.added = true
 		if w.wantPaths {
-			childPath = joinPath(childPath, failingProp)
+			childPath = joinPath(childPath, h.failingProp)
 			w.paths.add(childPath)
 		}
 	}
-	if op != "" && op[0] == '$' && specIsDoc {
+	if h.op != "" && h.op[0] == '$' && h.specIsDoc {
 		// A query operator: its specifiedAs is {<path>: <expression>}.
-		sit := newElemIter(spec)
+		sit := newElemIter(h.spec)
 		for {
 			key, _, _, ok := sit.next()
 			if !ok {
@@ -319,10 +348,14 @@ func (w *errInfoWalker) walkDoc(doc []byte, path string, depth int) walkResult {
 			}
 		}
 	}
+	return childPath
+}
 
-	// Second pass: the children, in document order.
+// walkChildren walks a node's children in document order, skipping the
+// fields that hold the user's data.
+func (w *errInfoWalker) walkChildren(doc []byte, op, path, childPath string, depth int) walkResult {
 	var below walkResult
-	it = newElemIter(doc)
+	it := newElemIter(doc)
 	for {
 		key, t, val, ok := it.next()
 		if !ok {
@@ -347,20 +380,7 @@ func (w *errInfoWalker) walkDoc(doc []byte, path string, depth int) walkResult {
 		below.merge(w.walkValue(t, val, childPath, depth+1))
 	}
 	below.incomplete = below.incomplete || it.bad
-
-	res.added = res.added || below.added
-	res.incomplete = below.incomplete
-	if op != "" && !below.hasOp && !below.incomplete {
-		// A leaf operator.
-		if w.wantLeaves {
-			w.leaves.add(op)
-		}
-		if w.wantPaths && !res.added && path != "" {
-			w.paths.add(path)
-		}
-	}
-	res.hasOp = res.hasOp || below.hasOp
-	return res
+	return below
 }
 
 // childList handles a missingProperties or additionalProperties array: each

@@ -18,9 +18,15 @@ import (
 // form: one Envelope per line, a JSON object with the Envelope's json
 // names, where original, err_info and document_id are canonical Extended
 // JSON (MongoDB Extended JSON v2, canonical mode: every BSON type and
-// value kept, {"$numberInt": "1"} and {"$numberLong": "1"} told apart), so
-// that ReadFile gives back the same bytes. first_seen and last_seen are
-// RFC 3339 with nanoseconds.
+// value kept, {"$numberInt": "1"} and {"$numberLong": "1"} told apart).
+// Extended JSON cannot carry everything BSON can: strings and keys are
+// bytes to the server but must be UTF-8 in JSON (invalid sequences become
+// U+FFFD), and a NaN's payload bits are lost. When the Extended JSON of a
+// field would not give back its exact bytes, the line also holds them,
+// base64, in original_bson, err_info_bson or document_id_bson (the BSON
+// type byte, then the value's bytes), and ReadFile uses those: what it
+// returns is always byte for byte what was Put (TestFileLineExactBytes).
+// first_seen and last_seen are RFC 3339 with nanoseconds.
 //
 // It is meant as the fallback sink (writeguard.WithFallbackDeadLetter)
 // for when the dead-letter collection cannot be reached, and as an export
@@ -52,13 +58,18 @@ var _ Sink = (*FileSink)(nil)
 
 // NewFileSink opens (creating it if needed, mode 0600) the file at path
 // for appending and returns a FileSink writing to it. Only the redaction
-// options of opts apply.
+// options of opts apply. A nil option or a bad value is an error (the
+// file is then not opened).
 func NewFileSink(path string, opts ...SinkOption) (*FileSink, error) {
+	cfg := newSinkConfig(opts)
+	if err := cfg.err(); err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("envelope: opening file sink: %w", err)
 	}
-	return &FileSink{f: f, path: path, cfg: newSinkConfig(opts)}, nil
+	return &FileSink{f: f, path: path, cfg: cfg}, nil
 }
 
 // Path returns the file's path.
@@ -156,27 +167,36 @@ type fileLine struct {
 	Original   json.RawMessage `json:"original"`
 	ErrInfo    json.RawMessage `json:"err_info,omitempty"`
 	DocumentID json.RawMessage `json:"document_id,omitempty"`
+	// The exact bytes, when the Extended JSON above would not give them
+	// back (see FileSink).
+	OriginalBSON   []byte `json:"original_bson,omitempty"`
+	ErrInfoBSON    []byte `json:"err_info_bson,omitempty"`
+	DocumentIDBSON []byte `json:"document_id_bson,omitempty"`
 }
 
 // MarshalLine returns env as one line of a FileSink file (without the
 // newline): a JSON object whose original, err_info and document_id are
-// canonical Extended JSON. It fails if original or err_info is not valid
-// BSON.
+// canonical Extended JSON, plus their exact bytes where Extended JSON
+// would change them (see FileSink). It fails if original or err_info is
+// not valid BSON.
 func MarshalLine(env Envelope) ([]byte, error) {
 	var l fileLine
 	l.Envelope = env
 	var err error
-	if l.Original, err = extJSONDoc(env.Original); err != nil {
+	if l.Original, l.OriginalBSON, err = docField(env.Original); err != nil {
 		return nil, fmt.Errorf("envelope: original of fingerprint %s: %w", env.Fingerprint, err)
 	}
 	if len(env.ErrInfo) > 0 {
-		if l.ErrInfo, err = extJSONDoc(env.ErrInfo); err != nil {
+		if l.ErrInfo, l.ErrInfoBSON, err = docField(env.ErrInfo); err != nil {
 			return nil, fmt.Errorf("envelope: err_info of fingerprint %s: %w", env.Fingerprint, err)
 		}
 	}
 	if env.DocumentID.Type != 0 {
 		if l.DocumentID, err = extJSONValue(env.DocumentID); err != nil {
 			return nil, fmt.Errorf("envelope: document_id of fingerprint %s: %w", env.Fingerprint, err)
+		}
+		if back, err := valueFromExtJSON(l.DocumentID); err != nil || back.Type != env.DocumentID.Type || !bytes.Equal(back.Value, env.DocumentID.Value) {
+			l.DocumentIDBSON = append([]byte{byte(env.DocumentID.Type)}, env.DocumentID.Value...)
 		}
 	}
 	var buf bytes.Buffer
@@ -188,6 +208,20 @@ func MarshalLine(env Envelope) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
 }
 
+// docField returns a document's canonical Extended JSON and, when that
+// does not give back the same bytes, the bytes themselves.
+func docField(doc bson.Raw) (json.RawMessage, []byte, error) {
+	js, err := extJSONDoc(doc)
+	if err != nil || len(doc) == 0 {
+		return js, nil, err
+	}
+	var back bson.Raw
+	if err := bson.UnmarshalExtJSON(js, true, &back); err != nil || !bytes.Equal(back, doc) {
+		return js, doc, nil
+	}
+	return js, nil, nil
+}
+
 // UnmarshalLine decodes one line written by MarshalLine.
 func UnmarshalLine(line []byte) (Envelope, error) {
 	var l fileLine
@@ -195,21 +229,21 @@ func UnmarshalLine(line []byte) (Envelope, error) {
 		return Envelope{}, err
 	}
 	env := l.Envelope
-	if len(l.Original) > 0 && !bytes.Equal(l.Original, []byte("null")) {
-		var raw bson.Raw
-		if err := bson.UnmarshalExtJSON(l.Original, true, &raw); err != nil {
-			return Envelope{}, fmt.Errorf("original: %w", err)
-		}
-		env.Original = raw
+	var err error
+	if env.Original, err = docFromLine(l.Original, l.OriginalBSON); err != nil {
+		return Envelope{}, fmt.Errorf("original: %w", err)
 	}
-	if len(l.ErrInfo) > 0 && !bytes.Equal(l.ErrInfo, []byte("null")) {
-		var raw bson.Raw
-		if err := bson.UnmarshalExtJSON(l.ErrInfo, true, &raw); err != nil {
-			return Envelope{}, fmt.Errorf("err_info: %w", err)
-		}
-		env.ErrInfo = raw
+	if env.ErrInfo, err = docFromLine(l.ErrInfo, l.ErrInfoBSON); err != nil {
+		return Envelope{}, fmt.Errorf("err_info: %w", err)
 	}
-	if len(l.DocumentID) > 0 {
+	switch {
+	case len(l.DocumentIDBSON) > 0:
+		v := bson.RawValue{Type: bson.Type(l.DocumentIDBSON[0]), Value: l.DocumentIDBSON[1:]}
+		if err := v.Validate(); err != nil {
+			return Envelope{}, fmt.Errorf("document_id_bson: %w", err)
+		}
+		env.DocumentID = v
+	case len(l.DocumentID) > 0:
 		v, err := valueFromExtJSON(l.DocumentID)
 		if err != nil {
 			return Envelope{}, fmt.Errorf("document_id: %w", err)
@@ -217,6 +251,25 @@ func UnmarshalLine(line []byte) (Envelope, error) {
 		env.DocumentID = v
 	}
 	return env, nil
+}
+
+// docFromLine returns a document field of a line: its exact bytes when
+// the line has them, otherwise its Extended JSON parsed; nil when absent.
+func docFromLine(js json.RawMessage, raw []byte) (bson.Raw, error) {
+	if len(raw) > 0 {
+		if err := bson.Raw(raw).Validate(); err != nil {
+			return nil, fmt.Errorf("exact bytes: %w", err)
+		}
+		return bson.Raw(raw), nil
+	}
+	if len(js) == 0 || bytes.Equal(js, []byte("null")) {
+		return nil, nil
+	}
+	var doc bson.Raw
+	if err := bson.UnmarshalExtJSON(js, true, &doc); err != nil {
+		return nil, err
+	}
+	return doc, nil
 }
 
 func extJSONDoc(doc bson.Raw) ([]byte, error) {

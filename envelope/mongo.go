@@ -11,11 +11,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard/policy"
 )
 
 // MaxBSONSize is the largest document a MongoDB server stores, 16 MiB
 // (maxBsonObjectSize in the hello reply; larger documents fail with 10334
-// BSONObjectTooLarge).
+// BSONObjectTooLarge). It is the same limit as writeguard.MaxDocumentSize.
 const MaxBSONSize = 16 * 1024 * 1024
 
 // EnvelopeHeadroom is the room, in bytes, that MongoSink keeps free below
@@ -45,8 +47,15 @@ const maxDroppedNames = 100
 const DefaultUpsertRetries = 3
 
 // SinkOption configures a MongoSink (NewMongoSink) or a FileSink
-// (NewFileSink).
-type SinkOption func(*sinkConfig)
+// (NewFileSink). Options are applied in order, then checked together: a
+// nil option or a bad value is an error naming it (all of them joined).
+type SinkOption interface {
+	apply(*sinkConfig)
+}
+
+type sinkOptionFunc func(*sinkConfig)
+
+func (f sinkOptionFunc) apply(c *sinkConfig) { f(c) }
 
 type sinkConfig struct {
 	redact        func(bson.Raw) bson.Raw
@@ -54,20 +63,23 @@ type sinkConfig struct {
 	upsertRetries int
 	insertFirst   bool
 	now           func() time.Time
+	errs          []error
 }
 
+// newSinkConfig applies opts; c.err() reports what was wrong with them.
 func newSinkConfig(opts []SinkOption) sinkConfig {
 	c := sinkConfig{upsertRetries: DefaultUpsertRetries, now: time.Now}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
+	for i, o := range opts {
+		if o == nil {
+			c.errs = append(c.errs, fmt.Errorf("envelope: sink option %d is nil", i))
+			continue
 		}
-	}
-	if c.upsertRetries < 0 {
-		c.upsertRetries = 0
+		o.apply(&c)
 	}
 	return c
 }
+
+func (c *sinkConfig) err() error { return errors.Join(c.errs...) }
 
 // WithRedact sets a hook that rewrites each envelope's original before it
 // is stored, e.g. to drop an ssn field. It receives the original (a valid
@@ -85,7 +97,7 @@ func newSinkConfig(opts []SinkOption) sinkConfig {
 // The hook does not touch err_info, whose consideredValue fields can hold
 // the same values: see WithRedactErrInfo.
 func WithRedact(f func(original bson.Raw) bson.Raw) SinkOption {
-	return func(c *sinkConfig) { c.redact = f }
+	return sinkOptionFunc(func(c *sinkConfig) { c.redact = f })
 }
 
 // WithRedactErrInfo sets a hook that rewrites each envelope's errInfo
@@ -93,15 +105,21 @@ func WithRedact(f func(original bson.Raw) bson.Raw) SinkOption {
 // in consideredValue). Same rules as WithRedact; failing_keywords and
 // failing_paths, computed from the full errInfo, are kept.
 func WithRedactErrInfo(f func(errInfo bson.Raw) bson.Raw) SinkOption {
-	return func(c *sinkConfig) { c.redactErrInfo = f }
+	return sinkOptionFunc(func(c *sinkConfig) { c.redactErrInfo = f })
 }
 
 // WithUpsertRetries sets how many more times MongoSink.Put sends the
 // envelopes that lost a race on the fingerprint index
-// (DefaultUpsertRetries by default; 0: return the error at once). Ignored
-// by FileSink.
+// (DefaultUpsertRetries by default; 0: return the error at once; negative:
+// an error). Ignored by FileSink.
 func WithUpsertRetries(n int) SinkOption {
-	return func(c *sinkConfig) { c.upsertRetries = n }
+	return sinkOptionFunc(func(c *sinkConfig) {
+		if n < 0 {
+			c.errs = append(c.errs, fmt.Errorf("envelope: WithUpsertRetries(%d): want ≥ 0", n))
+			return
+		}
+		c.upsertRetries = n
+	})
 }
 
 // WithInsertFirst makes MongoSink.Put insert new envelopes and update
@@ -109,7 +127,7 @@ func WithUpsertRetries(n int) SinkOption {
 // same result, much faster on servers that scan the collection for every
 // upsert (FerretDB v1; see MongoSink). Ignored by FileSink.
 func WithInsertFirst() SinkOption {
-	return func(c *sinkConfig) { c.insertFirst = true }
+	return sinkOptionFunc(func(c *sinkConfig) { c.insertFirst = true })
 }
 
 // MongoSink is a Sink that stores envelopes in a MongoDB collection, the
@@ -204,6 +222,7 @@ func WithInsertFirst() SinkOption {
 type MongoSink struct {
 	coll    *mongo.Collection
 	cfg     sinkConfig
+	err     error // a construction error every Put returns
 	stripes [sinkStripes]sync.Mutex
 }
 
@@ -216,13 +235,62 @@ var _ Sink = (*MongoSink)(nil)
 // NewMongoSink returns a Sink storing envelopes in coll. coll must have
 // the unique index on fingerprint that EnsureCollection creates: without
 // it concurrent first captures of one payload can make two envelopes
-// (and, WithInsertFirst, every recapture would). It panics if coll is nil
-// (a programming error).
+// (and, WithInsertFirst, every recapture would). It never panics: a nil
+// coll or a nil option gives a sink whose every Put returns an error
+// naming it, as does a bad option value (NewCheckedMongoSink reports
+// them at once instead).
+//
+// coll's write concern must be acknowledged (w ≥ 1, the default): with
+// w: 0 the server confirms nothing, so Put could not know that an
+// envelope is stored. Put detects it from the reply (the driver's result
+// says Acknowledged false) and returns an error saying so, wrapping
+// ErrUnacknowledgedSink, rather than report unconfirmed envelopes as
+// stored.
 func NewMongoSink(coll *mongo.Collection, opts ...SinkOption) *MongoSink {
-	if coll == nil {
-		panic("envelope: NewMongoSink(nil collection)")
+	s, err := NewCheckedMongoSink(coll, opts...)
+	if err != nil {
+		return &MongoSink{coll: coll, cfg: newSinkConfig(nil), err: err}
 	}
-	return &MongoSink{coll: coll, cfg: newSinkConfig(opts)}
+	return s
+}
+
+// NewCheckedMongoSink is NewMongoSink returning its errors instead of
+// deferring them to Put: a nil coll, nil options and bad option values,
+// each named, joined with errors.Join.
+func NewCheckedMongoSink(coll *mongo.Collection, opts ...SinkOption) (*MongoSink, error) {
+	cfg := newSinkConfig(opts)
+	if coll == nil {
+		cfg.errs = append([]error{errors.New("envelope: NewMongoSink(nil): no dead-letter collection")}, cfg.errs...)
+	}
+	if err := cfg.err(); err != nil {
+		return nil, err
+	}
+	return &MongoSink{coll: coll, cfg: cfg}, nil
+}
+
+// ErrUnacknowledgedSink is wrapped by MongoSink.Put's error when the
+// dead-letter collection's write concern is unacknowledged (w: 0).
+var ErrUnacknowledgedSink = errors.New("envelope: the dead-letter collection's write concern is unacknowledged (w: 0): " +
+	"the server confirmed nothing, so no envelope is known to be stored; give the sink a collection with w ≥ 1")
+
+// conflictRules classifies duplicate keys exactly as the guarded
+// collection's default table does.
+var conflictRules = policy.Default()
+
+// isDuplicateKey reports whether f is a duplicate-key failure by policy's
+// rules (policy.DefaultConflictCodes, and 16460 carrying " E11000 "). It
+// stands in for policy.IsDuplicateKey, which it is named after.
+func isDuplicateKey(f policy.Failure) bool {
+	return conflictRules.Classify(policy.Failure{Origin: policy.OriginServer, Code: f.Code, Message: f.Message}) == policy.Conflict
+}
+
+// acked returns ErrUnacknowledgedSink for a write the server did not
+// acknowledge.
+func acked(acknowledged bool) error {
+	if !acknowledged {
+		return ErrUnacknowledgedSink
+	}
+	return nil
 }
 
 // Collection returns the dead-letter collection s writes to.
@@ -238,6 +306,9 @@ func (s *MongoSink) Collection() *mongo.Collection { return s.coll }
 // an error saying that envelopes were still racing after
 // WithUpsertRetries rounds. An empty envs is a no-op.
 func (s *MongoSink) Put(ctx context.Context, envs []Envelope) error {
+	if s.err != nil {
+		return s.err
+	}
 	if len(envs) == 0 {
 		return nil
 	}
@@ -269,20 +340,20 @@ func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) error {
 		models[i] = m
 	}
 	for round := 0; ; round++ {
-		_, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 		if err == nil {
-			return nil
+			return acked(res.Acknowledged)
 		}
 		var bwe mongo.BulkWriteException
 		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 || round >= s.cfg.upsertRetries {
 			return fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
 		}
 		var again []mongo.WriteModel
-		for _, we := range bwe.WriteErrors {
-			if we.Code != 11000 || we.Index < 0 || we.Index >= len(models) {
+		for _, f := range policy.Extract(err) {
+			if !isDuplicateKey(f) || f.Index < 0 || f.Index >= len(models) {
 				return fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
 			}
-			again = append(again, models[we.Index])
+			again = append(again, models[f.Index])
 		}
 		models = again
 	}
@@ -325,20 +396,20 @@ func (s *MongoSink) insert(ctx context.Context, docs []bson.Raw, idx []int) ([]i
 	for k, i := range idx {
 		batch[k] = docs[i]
 	}
-	_, err := s.coll.InsertMany(ctx, batch, options.InsertMany().SetOrdered(false))
+	res, err := s.coll.InsertMany(ctx, batch, options.InsertMany().SetOrdered(false))
 	if err == nil {
-		return nil, nil
+		return nil, acked(res.Acknowledged)
 	}
 	var bwe mongo.BulkWriteException
 	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
 		return nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
 	}
 	dups := make([]int, 0, len(bwe.WriteErrors))
-	for _, we := range bwe.WriteErrors {
-		if we.Code != 11000 || we.Index < 0 || we.Index >= len(idx) {
+	for _, f := range policy.Extract(err) {
+		if !isDuplicateKey(f) || f.Index < 0 || f.Index >= len(idx) {
 			return nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
 		}
-		dups = append(dups, idx[we.Index])
+		dups = append(dups, idx[f.Index])
 	}
 	return dups, nil
 }
@@ -368,6 +439,9 @@ func (s *MongoSink) update(ctx context.Context, envs []Envelope, idx []int) ([]i
 	res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	if err != nil {
 		return nil, fmt.Errorf("envelope: updating %d recaptured envelopes: %w", len(idx), err)
+	}
+	if err := acked(res.Acknowledged); err != nil {
+		return nil, err
 	}
 	if res.MatchedCount >= int64(len(idx)) {
 		return nil, nil
@@ -718,6 +792,9 @@ func storedFields(env Envelope) bson.D {
 // one document without the _id the server assigns. For tests and tools.
 func StoredDocument(env Envelope, opts ...SinkOption) (bson.Raw, error) {
 	cfg := newSinkConfig(opts)
+	if err := cfg.err(); err != nil {
+		return nil, err
+	}
 	merged := mergeByFingerprint([]Envelope{env})
 	e, err := prepareForStore(merged[0], cfg)
 	if err != nil {

@@ -73,7 +73,8 @@ func strings_(t *testing.T, v bson.RawValue) []string {
 }
 
 // TestStoredDocumentFieldMapping checks every stored field name, type and
-// value of DESIGN §6 against the Envelope it came from.
+// value (the stored format: the bson tags of Envelope, and the fields the
+// collection's Validator requires) against the Envelope it came from.
 func TestStoredDocumentFieldMapping(t *testing.T) {
 	env := sampleEnvelope(t)
 	doc, err := StoredDocument(env)

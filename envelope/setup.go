@@ -13,6 +13,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard/policy"
 )
 
 // DefaultTTL is how long an envelope is kept after its last capture
@@ -42,12 +44,15 @@ const (
 	codeNotImplemented        = 238
 )
 
-// UnsupportedCodes are the server error codes that make EnsureCollection
-// report an optional feature (validator, TTL index, status index) as
-// FeatureUnsupported and go on: 238 NotImplemented (FerretDB), 115
-// CommandNotSupported, 59 CommandNotFound. Any other error is
-// FeatureFailed. Add codes for other servers before calling
-// EnsureCollection; do not change the slice concurrently with it.
+// UnsupportedCodes are the server error codes that mean "this server does
+// not implement that": 238 NotImplemented (FerretDB), 115
+// CommandNotSupported, 59 CommandNotFound. EnsureCollection reports an
+// optional feature (validator, TTL index, status index) refused with one
+// of them as FeatureUnsupported and goes on (any other error is
+// FeatureFailed), and package replay counts them, beside the codes a
+// server gives an aggregation stage or query operator it does not know,
+// as "dry run unsupported". Add codes for other servers before calling
+// either; do not change the slice concurrently with them.
 var UnsupportedCodes = []int32{codeNotImplemented, codeCommandNotSupported, codeCommandNotFound}
 
 // FeatureState is what EnsureCollection did about one feature of the
@@ -155,8 +160,16 @@ func (r SetupReport) String() string {
 
 func (r *SetupReport) add(fr FeatureResult) { r.Features = append(r.Features, fr) }
 
-// SetupOption configures EnsureCollection.
-type SetupOption func(*setupConfig)
+// SetupOption configures EnsureCollection. Options are applied in order,
+// then checked together: a nil option or a bad value is an error naming
+// it (all of them joined).
+type SetupOption interface {
+	apply(*setupConfig)
+}
+
+type setupOptionFunc func(*setupConfig)
+
+func (f setupOptionFunc) apply(c *setupConfig) { f(c) }
 
 type setupConfig struct {
 	validator bool
@@ -179,7 +192,7 @@ type setupConfig struct {
 // not it was replayed; size ttl to the longest a backlog may wait for a
 // fix.
 func WithTTL(field string, ttl time.Duration) SetupOption {
-	return func(c *setupConfig) {
+	return setupOptionFunc(func(c *setupConfig) {
 		if field == "" {
 			field = DefaultTTLField
 		}
@@ -193,19 +206,19 @@ func WithTTL(field string, ttl time.Duration) SetupOption {
 			return
 		}
 		c.ttlField, c.ttl = field, ttl
-	}
+	})
 }
 
 // WithoutValidator leaves the collection's validator alone
 // (FeatureDisabled).
 func WithoutValidator() SetupOption {
-	return func(c *setupConfig) { c.validator = false }
+	return setupOptionFunc(func(c *setupConfig) { c.validator = false })
 }
 
 // WithoutStatusIndex does not create the {status, namespace, first_seen}
 // index (FeatureDisabled).
 func WithoutStatusIndex() SetupOption {
-	return func(c *setupConfig) { c.status = false }
+	return setupOptionFunc(func(c *setupConfig) { c.status = false })
 }
 
 // Validator returns the validator EnsureCollection gives the dead-letter
@@ -288,18 +301,21 @@ const (
 // the report holds what was done until then.
 func EnsureCollection(ctx context.Context, db *mongo.Database, name string, opts ...SetupOption) (SetupReport, error) {
 	cfg := setupConfig{validator: true, ttlField: DefaultTTLField, ttl: DefaultTTL, status: true}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
+	for i, o := range opts {
+		if o == nil {
+			cfg.errs = append(cfg.errs, fmt.Errorf("envelope: EnsureCollection: option %d is nil", i))
+			continue
 		}
+		o.apply(&cfg)
 	}
 	rep := SetupReport{}
 	if db == nil {
-		return rep, errors.New("envelope: EnsureCollection(nil database)")
+		cfg.errs = append([]error{errors.New("envelope: EnsureCollection(nil database)")}, cfg.errs...)
+	} else {
+		rep.Namespace = db.Name() + "." + name
 	}
-	rep.Namespace = db.Name() + "." + name
 	if name == "" {
-		return rep, errors.New("envelope: EnsureCollection: empty collection name")
+		cfg.errs = append(cfg.errs, errors.New("envelope: EnsureCollection: empty collection name"))
 	}
 	if len(cfg.errs) > 0 {
 		return rep, errors.Join(cfg.errs...)
@@ -699,22 +715,13 @@ func (s *setup) ensureTTL(ctx context.Context, idx []indexInfo) FeatureResult {
 }
 
 // serverError returns the code, code name and message of a server error
-// (0, "", err.Error() for other errors).
+// as policy.Extract reads them (0, "", err.Error() for other errors).
 func serverError(err error) (int32, string, string) {
-	var ce mongo.CommandError
-	if errors.As(err, &ce) {
-		return ce.Code, ce.Name, ce.Message
+	fs := policy.Extract(err)
+	if len(fs) == 0 {
+		return 0, "", ""
 	}
-	var we mongo.WriteException
-	if errors.As(err, &we) {
-		if len(we.WriteErrors) > 0 {
-			return int32(we.WriteErrors[0].Code), "", we.WriteErrors[0].Message
-		}
-		if we.WriteConcernError != nil {
-			return int32(we.WriteConcernError.Code), we.WriteConcernError.Name, we.WriteConcernError.Message
-		}
-	}
-	return 0, "", err.Error()
+	return fs[0].Code, fs[0].CodeName, fs[0].Message
 }
 
 func hasCode(err error, code int32) bool {

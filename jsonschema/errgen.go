@@ -286,14 +286,23 @@ func (c *genCtx) generatePathError(n *node, normal, inverted string, expected []
 	}
 }
 
+// pre is called before a node's children are visited: it opens the
+// node's frame of error details (see the server's
+// doc_validation_error.cpp, ValidationErrorPreVisitor).
 func (c *genCtx) pre(n *node) {
 	switch n.kind {
-	case kAlwaysTrue, kAlwaysFalse:
-		c.pushNewFrame(n)
-		if c.shouldGenerate(n) {
-			c.appendErrorDetails(n)
-			c.appendReason("expression always evaluates to false", "expression always evaluates to true")
-		}
+	case kAnd, kOr, kNor, kNot, kXor:
+		c.preLogical(n)
+	case kAlwaysTrue, kAlwaysFalse, kType, kCmp, kRegex, kStrLen, kFmod, kNumItems, kUnique, kNumProps:
+		c.preLeaf(n)
+	default:
+		c.preStructure(n)
+	}
+}
+
+// preLogical handles the logical operators: $and, $or, $nor, $not, $_internalSchemaXor.
+func (c *genCtx) preLogical(n *node) {
+	switch n.kind {
 	case kAnd:
 		if n.ann.tag == "items" {
 			c.preItemsSchemaArray(n)
@@ -346,6 +355,18 @@ func (c *genCtx) pre(n *node) {
 				c.appendReason("", "more than one subschema matched")
 				c.objAppend("matchingSchemaIndexes", matching)
 			}
+		}
+	}
+}
+
+// preLeaf handles the nodes that test a value and report it.
+func (c *genCtx) preLeaf(n *node) {
+	switch n.kind {
+	case kAlwaysTrue, kAlwaysFalse:
+		c.pushNewFrame(n)
+		if c.shouldGenerate(n) {
+			c.appendErrorDetails(n)
+			c.appendReason("expression always evaluates to false", "expression always evaluates to true")
 		}
 	case kType:
 		c.pushNewFrame(n)
@@ -401,6 +422,13 @@ func (c *genCtx) pre(n *node) {
 			c.appendReason("specified number of properties was not satisfied", "")
 			c.objAppend("numberOfProperties", int32(len(c.currentDoc())))
 		}
+	}
+}
+
+// preStructure handles the nodes that choose what their children see:
+// objects, array elements, conditions, allowed properties.
+func (c *genCtx) preStructure(n *node) {
+	switch n.kind {
 	case kExists:
 		c.pushNewFrame(n)
 	case kEq, kRootDocEq:

@@ -428,203 +428,115 @@ func (p *parser) arrayKeywords(kw map[string]any, path string, hasPath bool, typ
 			add(makeRestriction(singleType(tArray), path, &node{kind: kUnique, ann: ann, path: path}, typeExpr))
 		}
 	}
-	var (
-		startAdditional int64
-		haveStart       bool
-	)
-	if v, ok := kw["items"]; ok {
-		switch x := v.(type) {
-		case bson.A:
-			andItems := &node{kind: kAnd, ann: genAnn("items", wrap("items", v), nil)}
-			for i, sub := range x {
-				subDoc, isDoc := sub.(bson.D)
-				if !isDoc {
-					return schemaErr("$jsonSchema keyword 'items' requires that each element of the array is an object")
-				}
-				filter, err := p.parseSchema(placeholder, true, subDoc)
-				if err != nil {
-					return err
-				}
-				andItems.children = append(andItems.children, &node{
-					kind: kMatchArrayIndex, ann: genAnn("", bson.D{}, nil), path: path,
-					index: int64(i), children: []*node{filter},
-				})
-			}
-			startAdditional, haveStart = int64(len(x)), true
-			if !hasPath {
-				add(&node{kind: kAlwaysTrue, ann: genAnn("items", wrap("items", v), nil)})
-			} else {
-				add(makeRestriction(singleType(tArray), path, andItems, typeExpr))
-			}
-		case bson.D:
-			filter, err := p.parseSchema(placeholder, true, x)
-			if err != nil {
-				return err
-			}
-			ann := genAnn("items", wrap("items", v), nil)
-			if !hasPath {
-				add(&node{kind: kAlwaysTrue, ann: ann})
-			} else {
-				all := &node{kind: kAllElemFromIndex, ann: ann, path: path, index: 0, children: []*node{filter}}
-				add(makeRestriction(singleType(tArray), path, all, typeExpr))
-			}
-		default:
-			return schemaErr("$jsonSchema keyword 'items' must be an array or an object")
-		}
+	startAdditional, haveStart, err := p.itemsKeyword(kw, path, hasPath, typeExpr, add)
+	if err != nil {
+		return err
 	}
-	if v, ok := kw["additionalItems"]; ok {
-		var filter *node
-		switch x := v.(type) {
-		case bool:
-			if x {
-				filter = &node{kind: kAlwaysTrue, ann: ignoreAnn()}
-			} else {
-				filter = &node{kind: kAlwaysFalse, ann: ignoreAnn()}
+	return p.additionalItemsKeyword(kw, startAdditional, haveStart, path, hasPath, typeExpr, add)
+}
+
+// itemsKeyword parses items: a schema every element must match, or an
+// array of schemas for the elements at those indexes (then the returned
+// start is where additionalItems begins).
+func (p *parser) itemsKeyword(kw map[string]any, path string, hasPath bool, typeExpr *node, add func(*node)) (start int64, haveStart bool, err error) {
+	v, ok := kw["items"]
+	if !ok {
+		return 0, false, nil
+	}
+	switch x := v.(type) {
+	case bson.A:
+		andItems := &node{kind: kAnd, ann: genAnn("items", wrap("items", v), nil)}
+		for i, sub := range x {
+			subDoc, isDoc := sub.(bson.D)
+			if !isDoc {
+				return 0, false, schemaErr("$jsonSchema keyword 'items' requires that each element of the array is an object")
 			}
-		case bson.D:
-			f, err := p.parseSchema(placeholder, true, x)
+			filter, err := p.parseSchema(placeholder, true, subDoc)
 			if err != nil {
-				return err
+				return 0, false, err
 			}
-			filter = f
-		default:
-			return schemaErr("$jsonSchema keyword 'additionalItems' must be either an object or a boolean")
+			andItems.children = append(andItems.children, &node{
+				kind: kMatchArrayIndex, ann: genAnn("", bson.D{}, nil), path: path,
+				index: int64(i), children: []*node{filter},
+			})
 		}
-		if haveStart {
-			ann := genAnn("additionalItems", wrap("additionalItems", v), nil)
-			if !hasPath {
-				add(&node{kind: kAlwaysTrue, ann: ann})
-			} else {
-				all := &node{kind: kAllElemFromIndex, ann: ann, path: path, index: startAdditional, children: []*node{filter}}
-				add(makeRestriction(singleType(tArray), path, all, typeExpr))
-			}
+		if !hasPath {
+			add(&node{kind: kAlwaysTrue, ann: genAnn("items", wrap("items", v), nil)})
+		} else {
+			add(makeRestriction(singleType(tArray), path, andItems, typeExpr))
 		}
+		return int64(len(x)), true, nil
+	case bson.D:
+		filter, err := p.parseSchema(placeholder, true, x)
+		if err != nil {
+			return 0, false, err
+		}
+		ann := genAnn("items", wrap("items", v), nil)
+		if !hasPath {
+			add(&node{kind: kAlwaysTrue, ann: ann})
+		} else {
+			all := &node{kind: kAllElemFromIndex, ann: ann, path: path, index: 0, children: []*node{filter}}
+			add(makeRestriction(singleType(tArray), path, all, typeExpr))
+		}
+		return 0, false, nil
+	}
+	return 0, false, schemaErr("$jsonSchema keyword 'items' must be an array or an object")
+}
+
+// additionalItemsKeyword parses additionalItems: the schema of the
+// elements past an items array (ignored without one, as by the server).
+func (p *parser) additionalItemsKeyword(kw map[string]any, start int64, haveStart bool, path string, hasPath bool, typeExpr *node, add func(*node)) error {
+	v, ok := kw["additionalItems"]
+	if !ok {
+		return nil
+	}
+	var filter *node
+	switch x := v.(type) {
+	case bool:
+		if x {
+			filter = &node{kind: kAlwaysTrue, ann: ignoreAnn()}
+		} else {
+			filter = &node{kind: kAlwaysFalse, ann: ignoreAnn()}
+		}
+	case bson.D:
+		f, err := p.parseSchema(placeholder, true, x)
+		if err != nil {
+			return err
+		}
+		filter = f
+	default:
+		return schemaErr("$jsonSchema keyword 'additionalItems' must be either an object or a boolean")
+	}
+	if !haveStart {
+		return nil
+	}
+	ann := genAnn("additionalItems", wrap("additionalItems", v), nil)
+	if !hasPath {
+		add(&node{kind: kAlwaysTrue, ann: ann})
+	} else {
+		all := &node{kind: kAllElemFromIndex, ann: ann, path: path, index: start, children: []*node{filter}}
+		add(makeRestriction(singleType(tArray), path, all, typeExpr))
 	}
 	return nil
 }
 
+// objectKeywords parses the object keywords of a schema, in the order the
+// server checks them (its error for the first bad one is the one
+// returned): required, properties, patternProperties and
+// additionalProperties, minProperties and maxProperties, dependencies.
 func (p *parser) objectKeywords(kw map[string]any, path string, hasPath bool, typeExpr *node, add func(*node)) error {
-	required := map[string]bool{}
-	var requiredNames []string
-	if v, ok := kw["required"]; ok {
-		arr, isArr := v.(bson.A)
-		if !isArr {
-			return schemaErr("$jsonSchema keyword 'required' must be an array")
-		}
-		for _, e := range arr {
-			s, isStr := e.(string)
-			if !isStr {
-				return schemaErr("$jsonSchema keyword 'required' must be an array of strings")
-			}
-			if required[s] {
-				return schemaErr("$jsonSchema keyword 'required' array cannot contain duplicate values")
-			}
-			required[s] = true
-			requiredNames = append(requiredNames, s)
-		}
-		if len(requiredNames) == 0 {
-			return schemaErr("$jsonSchema keyword 'required' cannot be an empty array")
-		}
+	o := objectScope{path: path, hasPath: hasPath, typeExpr: typeExpr, add: add}
+	required, requiredNames, err := parseRequired(kw)
+	if err != nil {
+		return err
 	}
-
-	propsElem, hasProps := kw["properties"]
-	var propsDoc bson.D
-	if hasProps {
-		d, isDoc := propsElem.(bson.D)
-		if !isDoc {
-			return schemaErr("$jsonSchema keyword 'properties' must be an object")
-		}
-		propsDoc = d
-		and := &node{kind: kAnd, ann: genAnn("properties", bson.D{}, nil)}
-		for _, prop := range d {
-			sub, isDoc := prop.Value.(bson.D)
-			if !isDoc {
-				return schemaErr("Nested schema for $jsonSchema property '%s' must be an object", prop.Key)
-			}
-			nested, err := p.parseSchema(prop.Key, true, sub)
-			if err != nil {
-				return err
-			}
-			nested.ann = genAnn("_property", wrap("propertyName", prop.Key), sub)
-			if required[prop.Key] {
-				and.children = append(and.children, nested)
-			} else {
-				exists := &node{kind: kExists, ann: ignoreAnn(), path: prop.Key}
-				not := &node{kind: kNot, ann: ignoreAnn(), children: []*node{exists}}
-				and.children = append(and.children, &node{kind: kOr, ann: descendAnn(), children: []*node{not, nested}})
-			}
-		}
-		if !hasPath {
-			add(and)
-		} else {
-			add(makeRestriction(singleType(tObject), path, objectMatch(path, and), typeExpr))
-		}
+	propsDoc, err := p.propertiesKeyword(kw, required, o)
+	if err != nil {
+		return err
 	}
-
-	patElem, hasPat := kw["patternProperties"]
-	addElem, hasAdd := kw["additionalProperties"]
-	if hasPat || hasAdd {
-		n := &node{kind: kAllowedProps, properties: map[string]bool{}}
-		for _, prop := range propsDoc {
-			n.properties[prop.Key] = true
-		}
-		var otherwise *node
-		switch x := addElem.(type) {
-		case nil:
-			if hasAdd {
-				return schemaErr("$jsonSchema keyword 'additionalProperties' must be an object or a boolean")
-			}
-			otherwise = &node{kind: kAlwaysTrue, ann: ignoreAnn()}
-		case bool:
-			if x {
-				otherwise = &node{kind: kAlwaysTrue, ann: ignoreAnn()}
-			} else {
-				otherwise = &node{kind: kAlwaysFalse, ann: ignoreAnn()}
-			}
-		case bson.D:
-			f, err := p.parseSchema(placeholder, true, x)
-			if err != nil {
-				return err
-			}
-			otherwise = f
-		default:
-			return schemaErr("$jsonSchema keyword 'additionalProperties' must be an object or a boolean")
-		}
-		n.children = append(n.children, otherwise)
-		if hasPat {
-			pd, isDoc := patElem.(bson.D)
-			if !isDoc {
-				return schemaErr("$jsonSchema keyword 'patternProperties' must be an object")
-			}
-			for _, ps := range pd {
-				sub, isDoc := ps.Value.(bson.D)
-				if !isDoc {
-					return schemaErr("$jsonSchema keyword 'patternProperties' has property '%s' which is not an object", ps.Key)
-				}
-				filter, err := p.parseSchema(placeholder, true, sub)
-				if err != nil {
-					return err
-				}
-				re, err := regexp.Compile(ps.Key)
-				if err != nil {
-					p.unsupportedf("patternProperties regex %q (not RE2 syntax: %v)", ps.Key, err)
-				}
-				n.patterns = append(n.patterns, pattern{raw: ps.Key, re: re})
-				n.children = append(n.children, filter)
-			}
-		}
-		if hasAdd {
-			n.ann = genAnn("", wrap("additionalProperties", addElem), nil)
-		} else {
-			n.ann = genAnn("", bson.D{}, nil)
-		}
-		if !hasPath {
-			add(n)
-		} else {
-			add(makeRestriction(singleType(tObject), path, objectMatch(path, n), typeExpr))
-		}
+	if err := p.allowedPropertiesKeywords(kw, propsDoc, o); err != nil {
+		return err
 	}
-
 	if len(requiredNames) > 0 {
 		sorted := append([]string(nil), requiredNames...)
 		sort.Strings(sorted)
@@ -632,13 +544,8 @@ func (p *parser) objectKeywords(kw map[string]any, path string, hasPath bool, ty
 		for _, name := range sorted {
 			and.children = append(and.children, &node{kind: kExists, ann: genAnn("_propertyExists", bson.D{}, nil), path: name})
 		}
-		if !hasPath {
-			add(and)
-		} else {
-			add(makeRestriction(singleType(tObject), path, objectMatch(path, and), typeExpr))
-		}
+		o.emit(and)
 	}
-
 	for _, k := range []string{"minProperties", "maxProperties"} {
 		v, ok := kw[k]
 		if !ok {
@@ -648,64 +555,236 @@ func (p *parser) objectKeywords(kw map[string]any, path string, hasPath bool, ty
 		if !isInt {
 			return schemaErr("$jsonSchema keyword '%s' must be a non-negative integer", k)
 		}
-		n := &node{kind: kNumProps, ann: genAnn(k, wrap(k, v), nil), isMin: k == "minProperties", limit: lim}
-		if !hasPath {
-			add(n)
+		o.emit(&node{kind: kNumProps, ann: genAnn(k, wrap(k, v), nil), isMin: k == "minProperties", limit: lim})
+	}
+	return p.dependenciesKeyword(kw, o)
+}
+
+// objectScope is where an object keyword's node goes: the path it applies
+// to and the function collecting the schema's nodes.
+type objectScope struct {
+	path     string
+	hasPath  bool
+	typeExpr *node
+	add      func(*node)
+}
+
+// emit adds n, which matches an object: as is at the top level, else
+// restricted to the path's object values.
+func (o objectScope) emit(n *node) {
+	if !o.hasPath {
+		o.add(n)
+		return
+	}
+	o.add(makeRestriction(singleType(tObject), o.path, objectMatch(o.path, n), o.typeExpr))
+}
+
+// parseRequired reads the required keyword: the set of names and their
+// order.
+func parseRequired(kw map[string]any) (map[string]bool, []string, error) {
+	required := map[string]bool{}
+	v, ok := kw["required"]
+	if !ok {
+		return required, nil, nil
+	}
+	arr, isArr := v.(bson.A)
+	if !isArr {
+		return nil, nil, schemaErr("$jsonSchema keyword 'required' must be an array")
+	}
+	var names []string
+	for _, e := range arr {
+		s, isStr := e.(string)
+		if !isStr {
+			return nil, nil, schemaErr("$jsonSchema keyword 'required' must be an array of strings")
+		}
+		if required[s] {
+			return nil, nil, schemaErr("$jsonSchema keyword 'required' array cannot contain duplicate values")
+		}
+		required[s] = true
+		names = append(names, s)
+	}
+	if len(names) == 0 {
+		return nil, nil, schemaErr("$jsonSchema keyword 'required' cannot be an empty array")
+	}
+	return required, names, nil
+}
+
+// propertiesKeyword parses properties: each property's schema, applied
+// when the property exists (always, when it is required). It returns the
+// properties document for additionalProperties.
+func (p *parser) propertiesKeyword(kw map[string]any, required map[string]bool, o objectScope) (bson.D, error) {
+	propsElem, hasProps := kw["properties"]
+	if !hasProps {
+		return nil, nil
+	}
+	d, isDoc := propsElem.(bson.D)
+	if !isDoc {
+		return nil, schemaErr("$jsonSchema keyword 'properties' must be an object")
+	}
+	and := &node{kind: kAnd, ann: genAnn("properties", bson.D{}, nil)}
+	for _, prop := range d {
+		sub, isDoc := prop.Value.(bson.D)
+		if !isDoc {
+			return nil, schemaErr("Nested schema for $jsonSchema property '%s' must be an object", prop.Key)
+		}
+		nested, err := p.parseSchema(prop.Key, true, sub)
+		if err != nil {
+			return nil, err
+		}
+		nested.ann = genAnn("_property", wrap("propertyName", prop.Key), sub)
+		if required[prop.Key] {
+			and.children = append(and.children, nested)
 		} else {
-			add(makeRestriction(singleType(tObject), path, objectMatch(path, n), typeExpr))
+			exists := &node{kind: kExists, ann: ignoreAnn(), path: prop.Key}
+			not := &node{kind: kNot, ann: ignoreAnn(), children: []*node{exists}}
+			and.children = append(and.children, &node{kind: kOr, ann: descendAnn(), children: []*node{not, nested}})
 		}
 	}
+	o.emit(and)
+	return d, nil
+}
 
-	if v, ok := kw["dependencies"]; ok {
-		deps, isDoc := v.(bson.D)
+// allowedPropertiesKeywords parses patternProperties and
+// additionalProperties into one node: the properties not named by
+// properties nor matched by a pattern must match additionalProperties.
+func (p *parser) allowedPropertiesKeywords(kw map[string]any, propsDoc bson.D, o objectScope) error {
+	patElem, hasPat := kw["patternProperties"]
+	addElem, hasAdd := kw["additionalProperties"]
+	if !hasPat && !hasAdd {
+		return nil
+	}
+	n := &node{kind: kAllowedProps, properties: map[string]bool{}}
+	for _, prop := range propsDoc {
+		n.properties[prop.Key] = true
+	}
+	otherwise, err := p.additionalProperties(addElem, hasAdd)
+	if err != nil {
+		return err
+	}
+	n.children = append(n.children, otherwise)
+	if hasPat {
+		if err := p.patternProperties(patElem, n); err != nil {
+			return err
+		}
+	}
+	if hasAdd {
+		n.ann = genAnn("", wrap("additionalProperties", addElem), nil)
+	} else {
+		n.ann = genAnn("", bson.D{}, nil)
+	}
+	o.emit(n)
+	return nil
+}
+
+// additionalProperties returns the filter of the properties no other
+// keyword names (everything, when the keyword is absent).
+func (p *parser) additionalProperties(addElem any, hasAdd bool) (*node, error) {
+	switch x := addElem.(type) {
+	case nil:
+		if hasAdd {
+			return nil, schemaErr("$jsonSchema keyword 'additionalProperties' must be an object or a boolean")
+		}
+		return &node{kind: kAlwaysTrue, ann: ignoreAnn()}, nil
+	case bool:
+		if x {
+			return &node{kind: kAlwaysTrue, ann: ignoreAnn()}, nil
+		}
+		return &node{kind: kAlwaysFalse, ann: ignoreAnn()}, nil
+	case bson.D:
+		return p.parseSchema(placeholder, true, x)
+	}
+	return nil, schemaErr("$jsonSchema keyword 'additionalProperties' must be an object or a boolean")
+}
+
+// patternProperties adds each pattern and its filter to n.
+func (p *parser) patternProperties(patElem any, n *node) error {
+	pd, isDoc := patElem.(bson.D)
+	if !isDoc {
+		return schemaErr("$jsonSchema keyword 'patternProperties' must be an object")
+	}
+	for _, ps := range pd {
+		sub, isDoc := ps.Value.(bson.D)
 		if !isDoc {
-			return schemaErr("$jsonSchema keyword 'dependencies' must be an object")
+			return schemaErr("$jsonSchema keyword 'patternProperties' has property '%s' which is not an object", ps.Key)
 		}
-		and := &node{kind: kAnd, ann: genAnn("dependencies", bson.D{}, deps)}
-		for _, dep := range deps {
-			switch x := dep.Value.(type) {
-			case bson.D:
-				nested, err := p.parseSchema(path, hasPath, x)
-				if err != nil {
-					return err
-				}
-				ifClause := ignoreTree(dependencyExists(path, hasPath, dep.Key))
-				and.children = append(and.children, &node{
-					kind: kCond, ann: genAnn("_schemaDependency", wrap(dep.Key, x), nil),
-					children: []*node{ifClause, nested, {kind: kAlwaysTrue, ann: ignoreAnn()}},
-				})
-			case bson.A:
-				if len(x) == 0 {
-					return schemaErr("property '%s' in $jsonSchema keyword 'dependencies' cannot be an empty array", dep.Key)
-				}
-				list := &node{kind: kAnd, ann: genAnn("_propertiesExistList", wrap(dep.Key, x), nil)}
-				seen := map[string]bool{}
-				for _, e := range x {
-					s, isStr := e.(string)
-					if !isStr {
-						return schemaErr("array '%s' in $jsonSchema keyword 'dependencies' can only contain strings", dep.Key)
-					}
-					if seen[s] {
-						return schemaErr("array '%s' in $jsonSchema keyword 'dependencies' contains duplicate element: %s", dep.Key, s)
-					}
-					seen[s] = true
-					list.children = append(list.children, dependencyExists(path, hasPath, s))
-				}
-				ifClause := ignoreTree(dependencyExists(path, hasPath, dep.Key))
-				and.children = append(and.children, &node{
-					kind: kCond, ann: genAnn("_propertyDependency", wrap(dep.Key, x), nil),
-					children: []*node{ifClause, list, {kind: kAlwaysTrue, ann: ignoreAnn()}},
-				})
-			default:
-				if s := dep.Key; (s == "title" || s == "description") && typeOf(dep.Value) == tString {
-					continue
-				}
-				return schemaErr("property '%s' in $jsonSchema keyword 'dependencies' must be either an object or an array", dep.Key)
-			}
+		filter, err := p.parseSchema(placeholder, true, sub)
+		if err != nil {
+			return err
 		}
-		add(and)
+		re, err := regexp.Compile(ps.Key)
+		if err != nil {
+			p.unsupportedf("patternProperties regex %q (not RE2 syntax: %v)", ps.Key, err)
+		}
+		n.patterns = append(n.patterns, pattern{raw: ps.Key, re: re})
+		n.children = append(n.children, filter)
 	}
 	return nil
+}
+
+// dependenciesKeyword parses dependencies: for each property, a schema
+// (schema dependency) or a list of properties (property dependency) that
+// must hold when the property exists.
+func (p *parser) dependenciesKeyword(kw map[string]any, o objectScope) error {
+	v, ok := kw["dependencies"]
+	if !ok {
+		return nil
+	}
+	deps, isDoc := v.(bson.D)
+	if !isDoc {
+		return schemaErr("$jsonSchema keyword 'dependencies' must be an object")
+	}
+	and := &node{kind: kAnd, ann: genAnn("dependencies", bson.D{}, deps)}
+	for _, dep := range deps {
+		var then *node
+		var annName string
+		switch x := dep.Value.(type) {
+		case bson.D:
+			nested, err := p.parseSchema(o.path, o.hasPath, x)
+			if err != nil {
+				return err
+			}
+			then, annName = nested, "_schemaDependency"
+		case bson.A:
+			list, err := propertyDependency(dep.Key, x, o)
+			if err != nil {
+				return err
+			}
+			then, annName = list, "_propertyDependency"
+		default:
+			if s := dep.Key; (s == "title" || s == "description") && typeOf(dep.Value) == tString {
+				continue
+			}
+			return schemaErr("property '%s' in $jsonSchema keyword 'dependencies' must be either an object or an array", dep.Key)
+		}
+		ifClause := ignoreTree(dependencyExists(o.path, o.hasPath, dep.Key))
+		and.children = append(and.children, &node{
+			kind: kCond, ann: genAnn(annName, wrap(dep.Key, dep.Value), nil),
+			children: []*node{ifClause, then, {kind: kAlwaysTrue, ann: ignoreAnn()}},
+		})
+	}
+	o.add(and)
+	return nil
+}
+
+// propertyDependency returns the node requiring every property of list.
+func propertyDependency(key string, list bson.A, o objectScope) (*node, error) {
+	if len(list) == 0 {
+		return nil, schemaErr("property '%s' in $jsonSchema keyword 'dependencies' cannot be an empty array", key)
+	}
+	out := &node{kind: kAnd, ann: genAnn("_propertiesExistList", wrap(key, list), nil)}
+	seen := map[string]bool{}
+	for _, e := range list {
+		s, isStr := e.(string)
+		if !isStr {
+			return nil, schemaErr("array '%s' in $jsonSchema keyword 'dependencies' can only contain strings", key)
+		}
+		if seen[s] {
+			return nil, schemaErr("array '%s' in $jsonSchema keyword 'dependencies' contains duplicate element: %s", key, s)
+		}
+		seen[s] = true
+		out.children = append(out.children, dependencyExists(o.path, o.hasPath, s))
+	}
+	return out, nil
 }
 
 func dependencyExists(path string, hasPath bool, name string) *node {

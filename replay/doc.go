@@ -12,7 +12,10 @@
 //   - a duplicate key on an _id already holding this payload: replayed (an
 //     earlier run, or a crashed one, wrote it);
 //   - any other duplicate key: a conflict, left pending;
-//   - any other failure: left pending, untouched, for the next run.
+//   - any other failure: left pending for the next run.
+//
+// Every envelope tried also gets replay_run and replay_tried_at (see
+// Concurrent runners).
 //
 // Envelopes whose original was truncated to fit the 16 MiB limit, or
 // redacted by the sink's hook (unless WithRedacted), are skipped: their
@@ -34,6 +37,46 @@
 // the model's write and the DLQ update runs the model again on the next
 // run (at-least-once). Idempotent models ($set, replace by _id) are safe;
 // $inc and $push are not.
+//
+// # Concurrent runners
+//
+// Several runners may drain one DLQ at once: WithWorkers(n) runs n in one
+// Run, and several processes may call Run on the same DLQ. Each batch is
+// claimed before it is written: the runner reads the next candidate _ids,
+// and for each inserts a Lease in the lease collection (the DLQ's name +
+// LeaseCollectionSuffix, or WithLeaseCollection) with the _id
+// "<envelope key>.<n>", n one more than the latest claim on record, and an
+// expiry WithLease ahead. The unique _id makes the claim atomic on every
+// server: of two runners claiming one envelope, one insert is stored and
+// the other meets a duplicate key. A conditional update of the envelope
+// would be atomic on MongoDB but not on servers that run updates as an
+// unlocked read-modify-write (FerretDB v1 loses concurrent $inc updates of
+// one document), hence the separate collection. After the claim the
+// runner reads the envelopes it won that the filter still selects (another
+// runner may have just replayed one), replays and marks them as above,
+// and deletes its leases. A runner that stops without deleting them (a
+// crash, a lost connection) leaves them to expire: a runner meeting a
+// live lease waits and looks again until it can claim the envelope or the
+// envelope is done, so Run returns only when no selected envelope is held
+// by anyone.
+//
+// Each run has an id (WithRunID; random by default, shared by the workers
+// of one Run): every envelope a runner tries gets replay_run and
+// replay_tried_at, whatever the outcome, and the runners of the run skip
+// envelopes whose replay_run is theirs, so an envelope rejected again is
+// tried once per run, not once per runner. Processes draining one backlog
+// together pass one id.
+//
+// A runner that overruns its lease (a batch slower than WithLease) may
+// see another runner take its envelopes over: both write them (an insert
+// then meets its own _id and is recognised, as after a crash) and both
+// mark them the same way. To keep the counts exact, each runner then
+// inserts the record "<envelope key>.run.<run id>" in the lease
+// collection for every envelope of its batch, and counts only those whose
+// record it stored first: over the runners of one run, the counts add up
+// to the envelopes tried, each once. Those records and the leases of dead
+// runners stay in the lease collection (a few hundred bytes each); drop
+// it when no replay is running.
 //
 // # The target
 //

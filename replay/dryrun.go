@@ -2,21 +2,28 @@ package replay
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/policy"
 )
 
-// dryRunUnsupportedCodes are the server codes that mean "this server
-// cannot evaluate the dry run's pipeline": 238 NotImplemented (FerretDB:
-// $replaceRoot), 2 BadValue (FerretDB: unknown top level operator
-// $jsonSchema), 40324 (unrecognized pipeline stage name), 168
-// InvalidPipelineOperator, 115 CommandNotSupported, 59 CommandNotFound.
-var dryRunUnsupportedCodes = map[int32]bool{238: true, 2: true, 40324: true, 168: true, 115: true, 59: true}
+// pipelineUnsupportedCodes are the codes a server gives a pipeline stage
+// or query operator it does not know: 2 BadValue (FerretDB: unknown top
+// level operator $jsonSchema), 40324 (unrecognized pipeline stage name),
+// 168 InvalidPipelineOperator. With envelope.UnsupportedCodes (238
+// NotImplemented, FerretDB's answer to $replaceRoot; 115; 59) they mean
+// "this server cannot evaluate the dry run's pipeline".
+var pipelineUnsupportedCodes = []int32{2, 40324, 168}
+
+func dryRunUnsupported(code int32) bool {
+	return slices.Contains(envelope.UnsupportedCodes, code) || slices.Contains(pipelineUnsupportedCodes, code)
+}
 
 // TargetCollection returns the *mongo.Collection behind a target: the
 // target itself, or the collection a *writeguard.Guarded built with
@@ -139,9 +146,8 @@ func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collec
 // unsupported wraps a server's refusal of the dry-run pipeline in
 // ErrDryRunUnsupported, and other errors plainly.
 func unsupported(err error) error {
-	var ce mongo.CommandError
-	if errors.As(err, &ce) && dryRunUnsupportedCodes[ce.Code] {
-		return fmt.Errorf("replay: %w: %d %s: %s", ErrDryRunUnsupported, ce.Code, ce.Name, ce.Message)
+	if fs := policy.Extract(err); len(fs) > 0 && fs[0].Origin == policy.OriginServer && dryRunUnsupported(fs[0].Code) {
+		return fmt.Errorf("replay: %w: %d %s: %s", ErrDryRunUnsupported, fs[0].Code, fs[0].CodeName, fs[0].Message)
 	}
 	return fmt.Errorf("replay: dry run: %w", err)
 }

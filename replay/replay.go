@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
+	"strings"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -13,109 +14,13 @@ import (
 
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/envelope"
-	"github.com/writeguard/writeguard/policy"
 )
-
-// DefaultBatchSize is how many envelopes Run reads and writes per batch.
-const DefaultBatchSize = 500
-
-// MaxBatchSize bounds WithBatchSize (the server's maxWriteBatchSize).
-const MaxBatchSize = 100000
-
-// maxProblems bounds Result.Problems.
-const maxProblems = 100
-
-// Option configures Run.
-type Option func(*config)
-
-type config struct {
-	batch     int
-	rate      float64
-	filter    envelope.Filter
-	dryRun    bool
-	validator any
-	progress  func(Progress)
-	redacted  bool
-	errs      []error
-	now       func() time.Time
-}
-
-// WithBatchSize sets how many envelopes each batch reads and writes
-// (default DefaultBatchSize, at most MaxBatchSize). Each batch costs one
-// find on the DLQ, one bulk write on the target and one bulk update on the
-// DLQ, and holds its envelopes in memory: lower it when originals are
-// large (an envelope can approach 16 MiB).
-func WithBatchSize(n int) Option {
-	return func(c *config) {
-		if n < 1 || n > MaxBatchSize {
-			c.errs = append(c.errs, fmt.Errorf("replay: WithBatchSize(%d): want 1..%d", n, MaxBatchSize))
-			return
-		}
-		c.batch = n
-	}
-}
-
-// WithRate limits the replay to docsPerSecond envelopes per second on
-// average (0: no limit, the default). Batches are then at most
-// docsPerSecond envelopes (at least 1) and are spaced so that the count
-// of envelopes sent never runs ahead of the rate by more than one batch.
-func WithRate(docsPerSecond float64) Option {
-	return func(c *config) {
-		if docsPerSecond < 0 || math.IsNaN(docsPerSecond) || math.IsInf(docsPerSecond, 0) {
-			c.errs = append(c.errs, fmt.Errorf("replay: WithRate(%v): want a finite rate ≥ 0", docsPerSecond))
-			return
-		}
-		c.rate = docsPerSecond
-	}
-}
-
-// WithFilter selects the envelopes to replay (see envelope.Filter). An
-// empty Statuses means pending only; an empty Namespaces means the
-// target's namespace. Listing StatusReplayed replays envelopes again (the
-// duplicate-key check then counts them replayed); StatusDiscarded
-// envelopes are replayed only when listed.
-func WithFilter(f envelope.Filter) Option {
-	return func(c *config) { c.filter = f }
-}
-
-// WithDryRun makes Run evaluate the selected envelopes against the
-// target's validator instead of writing them (see the package
-// documentation): the Result has DryRun set and Matched, WouldPass,
-// WouldFail and Undetermined filled; nothing is written anywhere.
-func WithDryRun() Option {
-	return func(c *config) { c.dryRun = true }
-}
-
-// WithValidator makes a dry run evaluate validator (a query document such
-// as bson.D{{"$jsonSchema", ...}}, as bson.D, bson.M or bson.Raw) instead
-// of the target's current one: to try a widened schema before applying
-// it. It needs WithDryRun.
-func WithValidator(validator any) Option {
-	return func(c *config) {
-		if validator == nil {
-			c.errs = append(c.errs, errors.New("replay: WithValidator(nil)"))
-			return
-		}
-		c.validator = validator
-	}
-}
-
-// WithProgress calls fn after each batch with the counts so far, from
-// Run's goroutine (fn should return quickly).
-func WithProgress(fn func(Progress)) Option {
-	return func(c *config) { c.progress = fn }
-}
-
-// WithRedacted makes Run replay envelopes whose original a sink's
-// redaction hook changed (original_redacted): the target then receives
-// the redacted document. Without it they are skipped.
-func WithRedacted() Option {
-	return func(c *config) { c.redacted = true }
-}
 
 // Counts are the per-envelope outcomes of a replay.
 type Counts struct {
-	// Scanned is the number of envelopes read from the DLQ.
+	// Scanned is the number of envelopes tried: claimed, replayed and
+	// marked (each counted by one runner of the run only; see the package
+	// documentation). Envelopes another runner held are not counted.
 	Scanned int64
 	// Replayed were written to the target (or found there already) and
 	// are now status replayed.
@@ -171,6 +76,9 @@ type Result struct {
 	// target dead-lettered itself (see the package documentation); their
 	// envelopes were left to the target's sink.
 	TargetDeadLettered int64
+	// LeasesHeld counts the times a runner met a selected envelope that
+	// another runner held (it waits for those, then looks again).
+	LeasesHeld int64
 	// Problems lists up to 100 conflicts, failures and skips.
 	Problems []Problem
 
@@ -208,59 +116,67 @@ type stored struct {
 // Run replays the envelopes of dlq selected by the options (pending ones
 // of the target's namespace by default) through target, in batches of
 // increasing _id, and returns the counts (see the package documentation
-// for what happens to each envelope).
+// for what happens to each envelope, and for how concurrent runners share
+// the work through leases).
 //
 // It returns early with the counts so far and an error when ctx ends, when
-// reading or updating the DLQ fails, or when every write of a batch
-// failed with a non-validation error (the target is unreachable, say):
-// nothing is lost, as every envelope not marked stays pending. It returns
-// an error at once for bad options (a bad filter wraps
-// envelope.ErrBadFilter), when the target's namespace is unknown and the
-// filter names none, and, for a dry run, when the validator cannot be
-// read or the server cannot evaluate it (ErrDryRunUnsupported).
+// reading or updating the DLQ or the lease collection fails, or when every
+// write of a batch failed with a non-validation error (the target is
+// unreachable, say): nothing is lost, as every envelope not marked stays
+// pending and its lease is released or expires. It returns an error at
+// once for bad options (every one named; a bad filter wraps
+// envelope.ErrBadFilter), for a nil dlq or target, when the target's
+// namespace is unknown and the filter names none, and, for a dry run, when
+// the validator cannot be read or the server cannot evaluate it
+// (ErrDryRunUnsupported).
 func Run(ctx context.Context, dlq *mongo.Collection, target writeguard.Collection, opts ...Option) (Result, error) {
-	cfg := config{batch: DefaultBatchSize, now: time.Now}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
-	}
+	cfg := newConfig(opts)
 	start := cfg.now()
 	var res Result
 	if dlq == nil {
-		return res, errors.New("replay: nil dead-letter collection")
+		cfg.errs = append(cfg.errs, errors.New("replay: Run: nil dead-letter collection (dlq)"))
 	}
 	if target == nil {
-		return res, errors.New("replay: nil target")
-	}
-	if cfg.validator != nil && !cfg.dryRun {
-		cfg.errs = append(cfg.errs, errors.New("replay: WithValidator needs WithDryRun"))
+		cfg.errs = append(cfg.errs, errors.New("replay: Run: nil target"))
 	}
 	if len(cfg.errs) > 0 {
 		return res, errors.Join(cfg.errs...)
 	}
-	f := cfg.filter.WithDefaultStatus(envelope.StatusPending)
-	if len(f.Namespaces) == 0 {
-		ns := Namespace(target)
-		if ns == "" {
-			return res, fmt.Errorf("replay: the target (%T) has no known namespace: name one in the filter's Namespaces", target)
-		}
-		f.Namespaces = []string{ns}
-	}
-	q, err := f.Query(start)
+	q, err := selection(cfg, target, start)
 	if err != nil {
 		return res, err
 	}
 	if cfg.dryRun {
-		res, err = dryRun(ctx, dlq, target, q, &cfg)
+		res, err = dryRun(ctx, dlq, target, q, cfg)
 		res.Elapsed = cfg.now().Sub(start)
 		return res, err
 	}
-
-	r := &runner{cfg: &cfg, dlq: dlq, target: target, res: &res, start: start}
-	err = r.run(ctx, q)
+	if cfg.leases == nil {
+		cfg.leases = dlq.Database().Collection(dlq.Name() + LeaseCollectionSuffix)
+	}
+	if cfg.run == "" {
+		cfg.run = randomID()
+	}
+	if cfg.owner == "" {
+		cfg.owner = randomID()
+	}
+	res, err = drain(ctx, cfg, dlq, target, q, start)
 	res.Elapsed = cfg.now().Sub(start)
 	return res, err
+}
+
+// selection returns the query of the envelopes to replay: the filter,
+// pending by default, in the target's namespace by default.
+func selection(cfg *config, target writeguard.Collection, now time.Time) (bson.D, error) {
+	f := cfg.filter.WithDefaultStatus(envelope.StatusPending)
+	if len(f.Namespaces) == 0 {
+		ns := Namespace(target)
+		if ns == "" {
+			return nil, fmt.Errorf("replay: the target (%T) has no known namespace: name one in the filter's Namespaces", target)
+		}
+		f.Namespaces = []string{ns}
+	}
+	return f.Query(now)
 }
 
 // Namespace returns "<database>.<collection>" of a target: that of a
@@ -276,52 +192,190 @@ func Namespace(target writeguard.Collection) string {
 	return ""
 }
 
+// drain runs cfg.workers runners over q and sums their results. The first
+// runner error stops the others and is returned.
+func drain(ctx context.Context, cfg *config, dlq *mongo.Collection, target writeguard.Collection, q bson.D, start time.Time) (Result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Envelopes tried by this run are left to no other of its runners.
+	q = bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "replay_run", Value: bson.D{{Key: "$ne", Value: cfg.run}}}}}}}
+	// Claims look leases up by key: index it (best effort; an existing
+	// index makes this a no-op, and a server refusing it only costs
+	// scans of the lease collection).
+	_, _ = cfg.leases.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "key", Value: 1}}})
+	sh := &shared{cfg: cfg, start: start}
+	runners := make([]*runner, cfg.workers)
+	var wg sync.WaitGroup
+	for i := range runners {
+		owner := cfg.owner
+		if cfg.workers > 1 {
+			owner = fmt.Sprintf("%s/%d", cfg.owner, i+1)
+		}
+		r := &runner{cfg: cfg, sh: sh, dlq: dlq, target: target, owner: owner, start: start}
+		runners[i] = r
+		wg.Go(func() {
+			if err := r.run(ctx, q); err != nil {
+				sh.fail(err)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	var res Result
+	for _, r := range runners {
+		res.add(&r.res)
+	}
+	return res, sh.err
+}
+
+// shared is the state of one Run's runners.
+type shared struct {
+	cfg   *config
+	start time.Time
+	mu    sync.Mutex
+	err   error
+	total Counts
+	batch int
+}
+
+func (s *shared) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+// progress adds a batch's counts and reports the totals.
+func (s *shared) progress(c Counts) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.total.add(c)
+	s.batch++
+	if s.cfg.progress != nil {
+		s.cfg.progress(Progress{Counts: s.total, Batches: s.batch, Elapsed: s.cfg.now().Sub(s.start)})
+	}
+}
+
+func (c *Counts) add(o Counts) {
+	c.Scanned += o.Scanned
+	c.Replayed += o.Replayed
+	c.StillInvalid += o.StillInvalid
+	c.Conflicts += o.Conflicts
+	c.Failed += o.Failed
+	c.Skipped += o.Skipped
+}
+
+func (r *Result) add(o *Result) {
+	r.Counts.add(o.Counts)
+	r.Batches += o.Batches
+	r.ReplayedByDuplicate += o.ReplayedByDuplicate
+	r.TargetDeadLettered += o.TargetDeadLettered
+	r.LeasesHeld += o.LeasesHeld
+	for _, p := range o.Problems {
+		if len(r.Problems) < maxProblems {
+			r.Problems = append(r.Problems, p)
+		}
+	}
+}
+
+// runner is one worker of a Run.
 type runner struct {
 	cfg    *config
+	sh     *shared
 	dlq    *mongo.Collection
 	target writeguard.Collection
-	res    *Result
+	owner  string
+	res    Result
 	start  time.Time
 	sent   int64 // envelopes sent to the target, for the rate limit
 }
 
-func (r *runner) run(ctx context.Context, q bson.D) error {
+// batchSize is the number of envelopes per batch: WithBatchSize, or less
+// under a rate limit.
+func (r *runner) batchSize() int {
 	batch := r.cfg.batch
 	if r.cfg.rate > 0 {
 		if per := int(r.cfg.rate); per < batch {
 			batch = max(per, 1)
 		}
 	}
+	return batch
+}
+
+// run makes passes over the selection until one meets no envelope that
+// another runner holds: those are waited for, as their runner may stop
+// without finishing them (then their lease expires and this runner takes
+// them).
+func (r *runner) run(ctx context.Context, q bson.D) error {
+	poll := min(max(r.cfg.lease/20, 10*time.Millisecond), time.Second)
+	for {
+		held, err := r.pass(ctx, q)
+		if err != nil || !held {
+			return err
+		}
+		if err := sleep(ctx, poll); err != nil {
+			return err
+		}
+	}
+}
+
+// pass reads the selection's _ids in batches of increasing _id, claims
+// each batch and replays what it got. held reports whether another runner
+// held some of them.
+func (r *runner) pass(ctx context.Context, q bson.D) (held bool, err error) {
+	batch := r.batchSize()
 	var last bson.RawValue
 	for {
 		if err := ctx.Err(); err != nil {
-			return err
+			return held, err
 		}
 		page := q
 		if last.Type != 0 {
 			page = bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: last}}}}}}}
 		}
-		envs, err := r.read(ctx, page, batch)
+		ids, err := r.candidates(ctx, page, batch)
+		if err != nil || len(ids) == 0 {
+			return held, err
+		}
+		last = ids[len(ids)-1]
+		cl, err := r.claim(ctx, q, ids)
 		if err != nil {
-			return err
+			return held, err
 		}
-		if len(envs) == 0 {
-			return nil
+		if cl.held > 0 {
+			held = true
+			r.res.LeasesHeld += int64(cl.held)
 		}
-		last = envs[len(envs)-1].ID
-		if err := r.pace(ctx, len(envs)); err != nil {
-			return err
+		if len(cl.envs) > 0 {
+			if err := r.process(ctx, cl); err != nil {
+				return held, err
+			}
 		}
-		if err := r.batch(ctx, envs); err != nil {
-			return err
-		}
-		if r.cfg.progress != nil {
-			r.cfg.progress(Progress{Counts: r.res.Counts, Batches: r.res.Batches, Elapsed: r.cfg.now().Sub(r.start)})
-		}
-		if len(envs) < batch {
-			return nil
+		if len(ids) < batch {
+			return held, nil
 		}
 	}
+}
+
+// candidates returns the _ids of the next n envelopes of q.
+func (r *runner) candidates(ctx context.Context, q bson.D, n int) ([]bson.RawValue, error) {
+	cur, err := r.dlq.Find(ctx, q, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).
+		SetLimit(int64(n)).SetBatchSize(int32(n)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("replay: reading the dead-letter collection: %w", err)
+	}
+	defer cur.Close(ctx)
+	var ids []bson.RawValue
+	for cur.Next(ctx) {
+		if v, err := cur.Current.LookupErr("_id"); err == nil {
+			ids = append(ids, bson.RawValue{Type: v.Type, Value: append([]byte(nil), v.Value...)})
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("replay: reading the dead-letter collection: %w", err)
+	}
+	return ids, nil
 }
 
 func (r *runner) read(ctx context.Context, q bson.D, n int) ([]stored, error) {
@@ -336,6 +390,15 @@ func (r *runner) read(ctx context.Context, q bson.D, n int) ([]stored, error) {
 	return out, nil
 }
 
+// process replays a claimed batch and releases its leases.
+func (r *runner) process(ctx context.Context, cl claimed) error {
+	defer r.release(ctx, cl.leases)
+	if err := r.pace(ctx, len(cl.envs)); err != nil {
+		return err
+	}
+	return r.batch(ctx, cl.envs)
+}
+
 // pace waits, with a rate limit, until sending n more envelopes keeps the
 // average at or below the rate (counting from the start of the run, the
 // envelopes already sent are due at sent/rate).
@@ -345,9 +408,13 @@ func (r *runner) pace(ctx context.Context, n int) error {
 		return nil
 	}
 	due := r.start.Add(time.Duration(float64(r.sent) / r.cfg.rate * float64(time.Second)))
-	d := due.Sub(r.cfg.now())
+	return sleep(ctx, due.Sub(r.cfg.now()))
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
-		return nil
+		return ctx.Err()
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -374,6 +441,11 @@ const (
 	outSkipped
 )
 
+var outcomeNames = [...]string{"pending", "replayed", "replayed_by_duplicate", "still_invalid", "dead_lettered_by_target",
+	"duplicate", "conflict", "failed", "skipped"}
+
+func (o outcome) String() string { return outcomeNames[o] }
+
 // entry is one envelope of a batch on its way.
 type entry struct {
 	env    *stored
@@ -385,11 +457,10 @@ type entry struct {
 	reason string
 }
 
-func (r *runner) batch(ctx context.Context, envs []stored) error {
-	r.res.Batches++
-	r.res.Scanned += int64(len(envs))
-	entries := make([]*entry, len(envs))
-	var send []*entry
+// prepare turns a batch into entries and returns those to send (the
+// others are skipped).
+func (r *runner) prepare(envs []stored) (entries, send []*entry) {
+	entries = make([]*entry, len(envs))
 	for i := range envs {
 		e := &entry{env: &envs[i]}
 		entries[i] = e
@@ -404,6 +475,11 @@ func (r *runner) batch(ctx context.Context, envs []stored) error {
 		}
 		send = append(send, e)
 	}
+	return entries, send
+}
+
+func (r *runner) batch(ctx context.Context, envs []stored) error {
+	entries, send := r.prepare(envs)
 	var writeErr error
 	if len(send) > 0 {
 		models := make([]mongo.WriteModel, len(send))
@@ -412,7 +488,7 @@ func (r *runner) batch(ctx context.Context, envs []stored) error {
 		}
 		_, writeErr = r.target.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 		classify(send, writeErr)
-		r.resolveDuplicates(ctx, send)
+		resolveDuplicates(ctx, r.target, send)
 	}
 	if err := r.mark(ctx, entries); err != nil {
 		return err
@@ -435,350 +511,144 @@ func (r *runner) batch(ctx context.Context, envs []stored) error {
 	return nil
 }
 
-// codeDocumentValidationFailure is the server's code for a document its
-// validator rejects; isInvalid also counts the envelope's own code.
-const codeDocumentValidationFailure = 121
-
-func isDuplicateKey(code int32) bool { return code == 11000 || code == 11001 || code == 12582 }
-
-// classify sets each sent entry's outcome from the target's answer: a
-// *writeguard.Report (per-document dispositions) or a driver error (per
-// index write errors; an error for the whole command, a network error
-// say, fails every entry without one of its own).
-func classify(send []*entry, err error) {
-	if err == nil {
-		for _, e := range send {
-			e.out = outReplayed
-		}
-		return
-	}
-	var rep *writeguard.Report
-	if errors.As(err, &rep) && len(rep.Outcomes) == len(send) {
-		for i, o := range rep.Outcomes {
-			e := send[i]
-			f := o.Failure
-			if f != nil {
-				e.code, e.reason = f.Code, failureReason(f)
-			}
-			switch d := o.Disposition; {
-			case d == writeguard.Written || d == writeguard.AlreadyWritten || d == writeguard.ConflictReplaced:
-				e.out = outReplayed
-			case d == writeguard.DeadLettered:
-				e.out = outInvalidByTarget
-			case f != nil && isInvalid(f.Code, e):
-				e.out = outInvalid
-			case f != nil && isDuplicateKey(f.Code):
-				e.out = outDuplicate
-			default:
-				e.out = outFailed
-				if e.reason == "" {
-					e.reason = "disposition " + string(d)
-				} else {
-					e.reason = "disposition " + string(d) + ": " + e.reason
-				}
-				if o.Err != nil {
-					e.reason += ": " + o.Err.Error()
-				}
-			}
-		}
-		return
-	}
-	fails := policy.Extract(err)
-	perDoc := map[int]*policy.Failure{}
-	var whole *policy.Failure
-	for i := range fails {
-		f := &fails[i]
-		if f.Index >= 0 && f.Index < len(send) && f.Origin != policy.OriginWriteConcern {
-			perDoc[f.Index] = f
-		} else if whole == nil {
-			whole = f
-		}
-	}
-	for i, e := range send {
-		f := perDoc[i]
-		switch {
-		case f != nil && isInvalid(f.Code, e):
-			e.out, e.code, e.reason = outInvalid, f.Code, failureReason(f)
-		case f != nil && isDuplicateKey(f.Code):
-			e.out, e.code, e.reason = outDuplicate, f.Code, failureReason(f)
-		case f != nil:
-			e.out, e.code, e.reason = outFailed, f.Code, failureReason(f)
-		case whole != nil:
-			// A write concern error (applied, not confirmed) or a
-			// whole-command error: the next run resolves it by _id.
-			e.out, e.code, e.reason = outFailed, whole.Code, failureReason(whole)
+// mark records the batch's outcomes in the DLQ with one unordered bulk
+// write of (at most) three updateMany statements, then records each
+// envelope as done by this run (see recordDone) and counts those this
+// runner recorded first. Every envelope of the batch gets replay_run and
+// replay_tried_at, so that no runner of this run tries it again.
+func (r *runner) mark(ctx context.Context, entries []*entry) error {
+	now := r.cfg.now().UTC().Truncate(time.Millisecond)
+	var replayed, invalid, other bson.A
+	for _, e := range entries {
+		switch e.out {
+		case outReplayed, outReplayedDup:
+			replayed = append(replayed, e.env.ID)
+		case outInvalid:
+			invalid = append(invalid, e.env.ID)
 		default:
-			e.out = outReplayed
+			other = append(other, e.env.ID)
 		}
 	}
-}
-
-func isInvalid(code int32, e *entry) bool {
-	return code == codeDocumentValidationFailure || (code != 0 && code == e.env.Code && !isDuplicateKey(code))
-}
-
-func failureReason(f *policy.Failure) string {
-	s := f.Message
-	if f.Code != 0 {
-		s = fmt.Sprintf("%d %s: %s", f.Code, f.CodeName, f.Message)
+	if err := r.writeMarks(ctx, now, replayed, invalid, other); err != nil {
+		return fmt.Errorf("replay: recording the outcomes of a batch in the dead-letter collection "+
+			"(the documents written stay pending and will be recognised by _id on the next run): %w", err)
 	}
-	if len(s) > 300 {
-		s = s[:300] + "..."
-	}
-	return s
-}
-
-// resolveDuplicates reads back, in one query, the inserts that hit a
-// duplicate key: a stored document with the same _id that equals the
-// original (or whose _id writeguard assigned) is this payload, written
-// earlier: replayed. Anything else is a conflict.
-func (r *runner) resolveDuplicates(ctx context.Context, send []*entry) {
-	var dups []*entry
-	ids := bson.A{}
-	for _, e := range send {
-		if e.out != outDuplicate {
-			continue
-		}
-		if !e.insert || e.docID.Type == 0 {
-			e.out = outConflict
-			continue
-		}
-		dups = append(dups, e)
-		ids = append(ids, e.docID)
-	}
-	if len(dups) == 0 {
-		return
-	}
-	found, err := readBack(ctx, r.target, ids)
+	mine, err := r.recordDone(ctx, entries, now)
 	if err != nil {
-		for _, e := range dups {
-			e.out = outFailed
-			e.reason = "duplicate key; reading the target back failed: " + err.Error()
-		}
-		return
+		return err
 	}
-	for _, e := range dups {
-		doc, ok := found[idKey(e.docID)]
-		switch {
-		case ok && (policy.SameDocument(doc, e.env.Original) || e.env.IDAssigned):
-			e.out = outReplayedDup
-		case ok:
-			e.out = outConflict
-			e.reason = "duplicate key: the target holds another document with this _id"
-		case found == nil:
-			e.out = outConflict
-			e.reason = "duplicate key; the target cannot be read back (no Find): " + e.reason
-		default:
-			e.out = outConflict
-			e.reason = "duplicate key on another unique index: " + e.reason
+	var c Counts
+	for _, e := range entries {
+		if mine[leaseKey(e.env.ID)] {
+			r.count(e, &c)
 		}
 	}
+	r.res.Batches++
+	r.res.Counts.add(c)
+	r.sh.progress(c)
+	return nil
 }
 
-type finder interface {
-	Find(ctx context.Context, filter any, opts ...options.Lister[options.FindOptions]) (*mongo.Cursor, error)
-}
-
-// readBack returns the target's documents with these _ids keyed by idKey,
-// or nil (no error) when the target cannot be read.
-func readBack(ctx context.Context, target writeguard.Collection, ids bson.A) (map[string]bson.Raw, error) {
-	var fd finder
-	switch t := target.(type) {
-	case interface{ Target() writeguard.Target }:
-		fd = t.Target()
-	case finder:
-		fd = t
+// count adds one envelope's outcome to c and to the runner's result.
+func (r *runner) count(e *entry, c *Counts) {
+	c.Scanned++
+	switch e.out {
+	case outReplayed, outReplayedDup:
+		c.Replayed++
+		if e.out == outReplayedDup {
+			r.res.ReplayedByDuplicate++
+		}
+	case outInvalid:
+		c.StillInvalid++
+	case outInvalidByTarget:
+		c.StillInvalid++
+		r.res.TargetDeadLettered++
+	case outConflict:
+		c.Conflicts++
+		r.problem(e, "conflict")
+	case outSkipped:
+		c.Skipped++
+		r.problem(e, "skipped")
 	default:
-		return nil, nil
+		c.Failed++
+		r.problem(e, "failed")
 	}
-	cur, err := fd.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+}
+
+func (r *runner) problem(e *entry, outcome string) {
+	if len(r.res.Problems) < maxProblems {
+		r.res.Problems = append(r.res.Problems, Problem{
+			EnvelopeID: e.env.ID, Fingerprint: e.env.Fingerprint, Outcome: outcome, Code: e.code, Reason: e.reason,
+		})
+	}
+}
+
+// recordDone inserts, for each envelope of the batch, the record
+// "<key>.run.<run id>" in the lease collection, and returns the keys whose
+// record this runner inserted. A runner that overran its lease and
+// another that took the envelope over both replay and mark it (the
+// marks are the same); the unique _id of this record lets one of them
+// count it, so the counts of a run add up to the envelopes it tried.
+func (r *runner) recordDone(ctx context.Context, entries []*entry, now time.Time) (map[string]bool, error) {
+	docs := make([]any, len(entries))
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = leaseKey(e.env.ID) + ".run." + r.cfg.run
+		docs[i] = bson.D{{Key: "_id", Value: ids[i]}, {Key: "envelope_id", Value: e.env.ID}, {Key: "run", Value: r.cfg.run},
+			{Key: "owner", Value: r.owner}, {Key: "claimed_at", Value: now}, {Key: "outcome", Value: e.out.String()}}
+	}
+	err := retry(ctx, func() error {
+		_, err := r.cfg.leases.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+		if err != nil && onlyDuplicates(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replay: recording a batch as done (its envelopes are marked): %w", err)
+	}
+	owned, err := r.ownLeases(ctx, ids, now)
 	if err != nil {
 		return nil, err
 	}
-	defer cur.Close(ctx)
-	out := map[string]bson.Raw{}
-	for cur.Next(ctx) {
-		doc := append(bson.Raw(nil), cur.Current...)
-		if v, err := doc.LookupErr("_id"); err == nil {
-			out[idKey(v)] = doc
-		}
+	out := make(map[string]bool, len(owned))
+	for id := range owned {
+		k, _, _ := strings.Cut(id, ".")
+		out[k] = true
 	}
-	return out, cur.Err()
+	return out, nil
 }
 
-func idKey(v bson.RawValue) string { return string(rune(v.Type)) + string(v.Value) }
-
-// mark records the batch's outcomes in the DLQ with one unordered bulk
-// write of (at most) two updateMany statements, and counts them.
-func (r *runner) mark(ctx context.Context, entries []*entry) error {
-	now := r.cfg.now().UTC().Truncate(time.Millisecond)
-	var replayed, invalid bson.A
-	for _, e := range entries {
-		switch e.out {
-		case outReplayed:
-			r.res.Replayed++
-			replayed = append(replayed, e.env.ID)
-		case outReplayedDup:
-			r.res.Replayed++
-			r.res.ReplayedByDuplicate++
-			replayed = append(replayed, e.env.ID)
-		case outInvalid:
-			r.res.StillInvalid++
-			invalid = append(invalid, e.env.ID)
-		case outInvalidByTarget:
-			r.res.StillInvalid++
-			r.res.TargetDeadLettered++
-		case outConflict:
-			r.res.Conflicts++
-			r.problem(e, "conflict")
-		case outSkipped:
-			r.res.Skipped++
-			r.problem(e, "skipped")
-		default:
-			r.res.Failed++
-			r.problem(e, "failed")
-		}
-	}
+// writeMarks sends the outcome updates: replayed envelopes get status
+// replayed and replayed_at; those rejected again attempts + 1, last_seen
+// and status pending; every one replay_run and replay_tried_at. The write
+// is sent again on a retryable error (see retryable): attempts then counts
+// the rejections "at least", as the sink's does.
+func (r *runner) writeMarks(ctx context.Context, now time.Time, replayed, invalid, other bson.A) error {
+	tried := bson.D{{Key: "replay_run", Value: r.cfg.run}, {Key: "replay_tried_at", Value: now}}
+	in := func(ids bson.A) bson.D { return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}} }
 	var models []mongo.WriteModel
 	if len(replayed) > 0 {
-		models = append(models, mongo.NewUpdateManyModel().
-			SetFilter(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: replayed}}}}).
-			SetUpdate(bson.D{{Key: "$set", Value: bson.D{
-				{Key: "status", Value: envelope.StatusReplayed},
-				{Key: "replayed_at", Value: now},
-			}}}))
+		set := append(bson.D{{Key: "status", Value: envelope.StatusReplayed}, {Key: "replayed_at", Value: now}}, tried...)
+		models = append(models, mongo.NewUpdateManyModel().SetFilter(in(replayed)).
+			SetUpdate(bson.D{{Key: "$set", Value: set}}))
 	}
 	if len(invalid) > 0 {
-		models = append(models, mongo.NewUpdateManyModel().
-			SetFilter(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: invalid}}}}).
-			SetUpdate(bson.D{
-				{Key: "$inc", Value: bson.D{{Key: "attempts", Value: int32(1)}}},
-				{Key: "$set", Value: bson.D{
-					{Key: "last_seen", Value: now},
-					{Key: "status", Value: envelope.StatusPending},
-				}},
-			}))
+		set := append(bson.D{{Key: "last_seen", Value: now}, {Key: "status", Value: envelope.StatusPending}}, tried...)
+		models = append(models, mongo.NewUpdateManyModel().SetFilter(in(invalid)).SetUpdate(bson.D{
+			{Key: "$inc", Value: bson.D{{Key: "attempts", Value: int32(1)}}},
+			{Key: "$set", Value: set},
+		}))
+	}
+	if len(other) > 0 {
+		models = append(models, mongo.NewUpdateManyModel().SetFilter(in(other)).
+			SetUpdate(bson.D{{Key: "$set", Value: tried}}))
 	}
 	if len(models) == 0 {
 		return nil
 	}
-	if _, err := r.dlq.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
-		return fmt.Errorf("replay: recording the outcomes of batch %d in the dead-letter collection "+
-			"(the documents written stay pending and will be recognised by _id on the next run): %w", r.res.Batches, err)
-	}
-	return nil
-}
-
-func (r *runner) problem(e *entry, outcome string) {
-	if len(r.res.Problems) >= maxProblems {
-		return
-	}
-	r.res.Problems = append(r.res.Problems, Problem{
-		EnvelopeID: e.env.ID, Fingerprint: e.env.Fingerprint, Outcome: outcome, Code: e.code, Reason: e.reason,
+	return retry(ctx, func() error {
+		_, err := r.dlq.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		return err
 	})
-}
-
-// modelOps are the "op" values of a non-insert model's envelope original
-// ({op, model}, model the canonical Extended JSON of {filter,
-// update|replacement, upsert}, as writeguard builds it).
-var modelOps = map[string]bool{"updateOne": true, "updateMany": true, "replaceOne": true, "deleteOne": true, "deleteMany": true}
-
-// buildModel returns the write model replaying env: an insertOne of its
-// original, or, for a bulkWrite envelope whose original describes an
-// update, replace or delete model (it then has a string "op" among
-// modelOps and no top-level _id, which an insert's original always has),
-// that model. reason is non-empty when env is to be skipped.
-func buildModel(env *envelope.Envelope, redacted bool) (m mongo.WriteModel, insert bool, reason string) {
-	switch {
-	case env.OriginalTruncated:
-		return nil, false, "original truncated to fit 16 MiB: not replayable"
-	case env.OriginalRedacted && !redacted:
-		return nil, false, "original redacted by the sink (replay with WithRedacted to send it anyway)"
-	case len(env.Original) == 0:
-		return nil, false, "no original"
-	}
-	orig := env.Original
-	if err := orig.Validate(); err != nil {
-		return nil, false, "original is not valid BSON: " + err.Error()
-	}
-	if _, err := orig.LookupErr("_id"); err == nil {
-		return mongo.NewInsertOneModel().SetDocument(orig), true, ""
-	}
-	opv, err := orig.LookupErr("op")
-	op, isStr := opv.StringValueOK()
-	if err != nil || !isStr || !modelOps[op] {
-		return nil, false, "original has no _id (an insert would get a new one on every replay)"
-	}
-	// writeguard stores the model's parts as canonical Extended JSON in
-	// "model" (they hold $-prefixed keys); older envelopes hold them as
-	// fields of the original itself.
-	if mv, err := orig.LookupErr("model"); err == nil {
-		js, ok := mv.StringValueOK()
-		if !ok {
-			return nil, false, op + " model whose model field is not Extended JSON text"
-		}
-		var parts bson.Raw
-		if err := bson.UnmarshalExtJSON([]byte(js), true, &parts); err != nil {
-			return nil, false, op + " model whose Extended JSON does not parse: " + err.Error()
-		}
-		orig = parts
-	}
-	filter, ok := docField(orig, "filter")
-	if !ok {
-		return nil, false, op + " model without a filter document"
-	}
-	upsert := false
-	if v, err := orig.LookupErr("upsert"); err == nil {
-		upsert, _ = v.BooleanOK()
-	}
-	switch op {
-	case "updateOne", "updateMany":
-		v, err := orig.LookupErr("update")
-		if err != nil {
-			return nil, false, op + " model without an update"
-		}
-		var upd any
-		switch v.Type {
-		case bson.TypeEmbeddedDocument:
-			upd = v.Document()
-		case bson.TypeArray:
-			vals, err := v.Array().Values()
-			if err != nil {
-				return nil, false, op + " model with an invalid pipeline"
-			}
-			stages := make([]bson.Raw, 0, len(vals))
-			for _, s := range vals {
-				d, ok := s.DocumentOK()
-				if !ok {
-					return nil, false, op + " model with a pipeline stage that is not a document"
-				}
-				stages = append(stages, d)
-			}
-			upd = stages
-		default:
-			return nil, false, op + " model whose update is not a document or pipeline"
-		}
-		if op == "updateOne" {
-			return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(upd).SetUpsert(upsert), false, ""
-		}
-		return mongo.NewUpdateManyModel().SetFilter(filter).SetUpdate(upd).SetUpsert(upsert), false, ""
-	case "replaceOne":
-		rep, ok := docField(orig, "replacement")
-		if !ok {
-			return nil, false, "replaceOne model without a replacement document"
-		}
-		return mongo.NewReplaceOneModel().SetFilter(filter).SetReplacement(rep).SetUpsert(upsert), false, ""
-	case "deleteOne":
-		return mongo.NewDeleteOneModel().SetFilter(filter), false, ""
-	default: // deleteMany
-		return mongo.NewDeleteManyModel().SetFilter(filter), false, ""
-	}
-}
-
-func docField(doc bson.Raw, key string) (bson.Raw, bool) {
-	v, err := doc.LookupErr(key)
-	if err != nil {
-		return nil, false
-	}
-	return v.DocumentOK()
 }

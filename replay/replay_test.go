@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -177,8 +178,7 @@ func TestClassifyDriverError(t *testing.T) {
 			t.Errorf("entry %d: outcome %d, want %d (%s)", i, e.out, want[i], e.reason)
 		}
 	}
-	r := &runner{target: fake, res: &Result{}, cfg: &config{}}
-	r.resolveDuplicates(context.Background(), es)
+	resolveDuplicates(context.Background(), fake, es)
 	if es[2].out != outReplayedDup {
 		t.Errorf("same document under its _id: outcome %d, want replayed by duplicate", es[2].out)
 	}
@@ -202,8 +202,7 @@ func TestResolveDuplicatesByID(t *testing.T) {
 	for _, e := range es {
 		e.out = outDuplicate
 	}
-	r := &runner{target: fake, res: &Result{}, cfg: &config{}}
-	r.resolveDuplicates(context.Background(), es)
+	resolveDuplicates(context.Background(), fake, es)
 	if es[0].out != outConflict {
 		t.Errorf("caller's _id holding another document: outcome %d, want conflict", es[0].out)
 	}
@@ -246,8 +245,7 @@ func TestClassifyReport(t *testing.T) {
 		if es[0].out != outReplayed || es[1].out != wantInvalid || es[2].out != outDuplicate {
 			t.Errorf("sink %v: outcomes %d %d %d", sink, es[0].out, es[1].out, es[2].out)
 		}
-		r := &runner{target: g, res: &Result{}, cfg: &config{}}
-		r.resolveDuplicates(context.Background(), es)
+		resolveDuplicates(context.Background(), g, es)
 		if es[2].out != outReplayedDup {
 			t.Errorf("sink %v: dup through Guarded.Target(): %d", sink, es[2].out)
 		}
@@ -290,6 +288,13 @@ func TestRunBadOptions(t *testing.T) {
 		{[]Option{WithValidator(bson.D{})}, "needs WithDryRun"},
 		{[]Option{WithValidator(nil)}, "WithValidator(nil)"},
 		{[]Option{WithFilter(envelope.Filter{Statuses: []string{"bogus"}})}, "bad filter"},
+		{[]Option{WithWorkers(0)}, "WithWorkers(0)"},
+		{[]Option{WithWorkers(MaxWorkers + 1)}, "WithWorkers(65)"},
+		{[]Option{WithLease(time.Millisecond)}, "WithLease(1ms)"},
+		{[]Option{WithLeaseCollection(nil)}, "WithLeaseCollection(nil)"},
+		{[]Option{WithOwner("")}, "WithOwner"},
+		{[]Option{WithRunID("")}, "WithRunID"},
+		{[]Option{WithBatchSize(1), nil}, "option 1 is nil"},
 	} {
 		_, err := Run(context.Background(), dlq, target, c.opts...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -299,11 +304,12 @@ func TestRunBadOptions(t *testing.T) {
 	if _, err := Run(context.Background(), dlq, anonTarget{target}); err == nil || !strings.Contains(err.Error(), "no known namespace") {
 		t.Errorf("anonymous target: %v", err)
 	}
-	if _, err := Run(context.Background(), nil, target); err == nil {
-		t.Error("nil dlq: no error")
-	}
-	if _, err := Run(context.Background(), dlq, nil); err == nil {
-		t.Error("nil target: no error")
+	// Every bad value is named at once, nil arguments included.
+	_, err = Run(context.Background(), nil, nil, WithBatchSize(0), WithWorkers(0))
+	for _, want := range []string{"WithBatchSize(0)", "WithWorkers(0)", "nil dead-letter collection", "nil target"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("joined errors: %v, want %q among them", err, want)
+		}
 	}
 	if _, err := Run(context.Background(), dlq, anonTarget{target}, WithDryRun(), WithFilter(envelope.Filter{Namespaces: []string{"db.c"}})); err == nil ||
 		!strings.Contains(err.Error(), "cannot read the validator") {
@@ -336,24 +342,26 @@ func TestNamespace(t *testing.T) {
 }
 
 // TestPace: with a rate, sending waits so the average stays at or below
-// it.
+// it (in a synctest bubble: the waits are exact).
 func TestPace(t *testing.T) {
-	r := &runner{cfg: &config{rate: 100, now: time.Now}, start: time.Now()}
-	for i := 0; i < 4; i++ {
-		if err := r.pace(context.Background(), 10); err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		r := &runner{cfg: &config{rate: 100, now: time.Now}, start: time.Now()}
+		for i := 0; i < 4; i++ {
+			if err := r.pace(context.Background(), 10); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	// 30 envelopes were due before the 4th batch: 0.3 s at 100/s.
-	if el := time.Since(r.start); el < 290*time.Millisecond || el > 2*time.Second {
-		t.Errorf("4 batches of 10 at 100/s took %v, want ~300ms", el)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	r = &runner{cfg: &config{rate: 1, now: time.Now}, start: time.Now(), sent: 100}
-	if err := r.pace(ctx, 1); !errors.Is(err, context.Canceled) {
-		t.Errorf("cancelled pace: %v", err)
-	}
+		// 30 envelopes were due before the 4th batch: 0.3 s at 100/s.
+		if el := time.Since(r.start); el != 300*time.Millisecond {
+			t.Errorf("4 batches of 10 at 100/s took %v, want 300ms", el)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		r = &runner{cfg: &config{rate: 1, now: time.Now}, start: time.Now(), sent: 100}
+		if err := r.pace(ctx, 1); !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled pace: %v", err)
+		}
+	})
 }
 
 func TestSameDocument(t *testing.T) {

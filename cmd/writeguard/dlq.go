@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,15 +17,11 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/conn"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/demo"
-	"github.com/writeguard/writeguard/cmd/writeguard/internal/progress"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/jsonschema"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
-	"github.com/writeguard/writeguard/policy"
-	"github.com/writeguard/writeguard/replay"
 )
 
 const dlqUsage = `Usage: writeguard dlq <stats|list|show|replay|discard> [flags]
@@ -140,10 +135,13 @@ type dlqFlags struct {
 	// list
 	limit int
 	// replay, discard
-	dryRun    bool
-	batch     int
-	validator string
-	all       bool
+	dryRun      bool
+	batch       int
+	validator   string
+	noValidator bool
+	workers     int
+	lease       time.Duration
+	all         bool
 }
 
 var dlqCommandHelp = map[string]string{
@@ -176,10 +174,17 @@ replay count as replayed. Running it again is safe: it resumes where an
 interrupted run stopped and never writes a document twice.
 
 With --data-dir there is no validator (the demo's validator lived in its
-proxy): the replay runs under a widened validator, i.e. none, unless
---validator FILE names one (Extended JSON, e.g. {"$jsonSchema": {...}}),
-which is then enforced on the replayed writes. With --uri the target
-collection's own validator applies: widen it (collMod) first.
+proxy): give --validator FILE (Extended JSON, e.g. {"$jsonSchema": {...}})
+to enforce one on the replayed writes, or --no-validator to write every
+original unchecked. With --uri the target collection's own validator
+applies: widen it (collMod) first; a collection without one needs
+--no-validator too. The command says on stderr what will check the writes
+before it starts.
+
+--workers N replays with N workers at once; each claims its batches with
+a lease in the collection <dlq>_leases, so several workers, or several
+"dlq replay" processes, drain one backlog without replaying an envelope
+twice. Envelopes claimed by a worker that dies wait --lease for another.
 
 --dry-run writes nothing and says how many envelopes would pass the
 validator (the target's, or --validator FILE's).
@@ -214,9 +219,7 @@ func runDLQCommand(ctx context.Context, cmd string, args []string, stdout, stder
 	case "list":
 		fs.IntVar(&f.limit, "limit", 20, "list at most `N` envelopes (0: all)")
 	case "replay":
-		fs.BoolVar(&f.dryRun, "dry-run", false, "write nothing; say how many envelopes would pass the validator")
-		fs.IntVar(&f.batch, "batch", replay.DefaultBatchSize, "envelopes per batch")
-		fs.StringVar(&f.validator, "validator", "", "with --data-dir: enforce the validator in `FILE` (Extended JSON) on the replayed writes")
+		addReplayFlags(fs, &f)
 	case "discard":
 		fs.BoolVar(&f.dryRun, "dry-run", false, "discard nothing; say how many envelopes would be discarded")
 		fs.BoolVar(&f.all, "all", false, "discard every pending envelope (when no filter is given)")
@@ -248,10 +251,8 @@ func runDLQCommand(ctx context.Context, cmd string, args []string, stdout, stder
 		return usageError(stderr, name, "-uri and -data-dir are exclusive")
 	case f.limit < 0:
 		return usageError(stderr, name, "-limit %d: want ≥ 0", f.limit)
-	case cmd == "replay" && (f.batch < 1 || f.batch > replay.MaxBatchSize):
-		return usageError(stderr, name, "-batch %d: want 1..%d", f.batch, replay.MaxBatchSize)
-	case f.validator != "" && f.uri != "":
-		return usageError(stderr, name, "-validator applies to -data-dir only; with -uri widen the collection's validator (collMod) and replay")
+	case cmd == "replay" && checkReplayFlags(f) != "":
+		return usageError(stderr, name, "%s", checkReplayFlags(f))
 	}
 	if d, err := os.Stat(f.dataDir); f.dataDir != "" && (err != nil || !d.IsDir()) {
 		return usageError(stderr, name, "-data-dir %s: not a directory (run 'writeguard demo --data-dir %s' first)", f.dataDir, f.dataDir)
@@ -724,216 +725,4 @@ func dlqDiscard(ctx context.Context, dlq *mongo.Collection, filter envelope.Filt
 		fmt.Fprintf(stdout, "discarded %s; %s pending left in %s.%s\n", plural(count, "envelope"), n(left.Pending), f.db, f.coll)
 	}
 	return exitOK
-}
-
-// ---- replay ----
-
-type replayOut struct {
-	Namespace string `json:"namespace"`
-	replay.Result
-}
-
-func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, validator bson.D, stdout, stderr io.Writer) int {
-	// Which namespaces have envelopes to replay?
-	sel := filter.WithDefaultStatus(envelope.StatusPending)
-	st, err := envelope.Stats(ctx, dlq, sel)
-	if err != nil {
-		return failure(stderr, "dlq replay", err)
-	}
-	if validator != nil && c.Proxy != nil {
-		var items []faultproxy.ScriptItem
-		for _, g := range st.ByNamespace {
-			items = append(items, faultproxy.Validator(g.Key, validator))
-		}
-		script, err := faultproxy.NewScript(items...)
-		if err != nil {
-			return usageError(stderr, "dlq replay", "-validator %s: %v", f.validator, err)
-		}
-		c.Proxy.SetScript(script)
-	}
-	var bar *progress.Bar
-	if fe, ok := stderr.(*os.File); ok && progress.IsTerminal(fe) && !f.dryRun { // the bar is drawn on stderr
-		bar = progress.New(stderr, "replaying", int(st.Envelopes))
-		defer bar.Finish()
-	}
-	outs := []replayOut{}
-	var runErr error
-	done := int64(0)
-	for _, g := range st.ByNamespace {
-		db, coll, ok := strings.Cut(g.Key, ".")
-		if !ok {
-			fmt.Fprintf(stderr, "writeguard dlq replay: skipping %d envelopes with namespace %q (no collection)\n", g.Envelopes, g.Key)
-			continue
-		}
-		target, err := writeguard.Wrap(c.Client.Database(db).Collection(coll),
-			writeguard.WithBackoff(policy.Backoff{Base: 50 * time.Millisecond, Cap: 2 * time.Second, MaxAttempts: 6}))
-		if err != nil {
-			return failure(stderr, "dlq replay", err)
-		}
-		nf := sel
-		nf.Namespaces = []string{g.Key}
-		opts := []replay.Option{replay.WithFilter(nf), replay.WithBatchSize(f.batch)}
-		base := done
-		opts = append(opts, replay.WithProgress(func(p replay.Progress) {
-			if bar != nil {
-				bar.Add(int(base + p.Scanned - done))
-				done = base + p.Scanned
-			}
-		}))
-		var res replay.Result
-		if f.dryRun {
-			res, err = dryRun(ctx, dlq, target, nf, validator, opts)
-		} else {
-			res, err = replay.Run(ctx, dlq, target, opts...)
-		}
-		outs = append(outs, replayOut{Namespace: g.Key, Result: res})
-		if err != nil {
-			runErr = fmt.Errorf("%s: %w", g.Key, err)
-			break
-		}
-	}
-	left, lerr := envelope.Stats(context.WithoutCancel(ctx), dlq, sel)
-	if f.asJSON {
-		out := map[string]any{"dry_run": f.dryRun, "namespaces": outs}
-		if lerr == nil {
-			out["pending"] = left.Pending
-		}
-		if runErr != nil {
-			out["error"] = runErr.Error()
-		}
-		if err := writeJSON(stdout, out); err != nil {
-			return failure(stderr, "dlq replay", err)
-		}
-	} else {
-		printReplay(stdout, outs, f, validator)
-		if lerr == nil && !f.dryRun {
-			fmt.Fprintf(stdout, "pending left (this filter): %s\n", n(left.Pending))
-		}
-	}
-	if runErr != nil {
-		return failure(stderr, "dlq replay", runErr)
-	}
-	var still, conflicts, failed int64
-	for _, o := range outs {
-		still += o.StillInvalid
-		conflicts += o.Conflicts
-		failed += o.Failed
-	}
-	switch {
-	case failed > 0:
-		fmt.Fprintf(stderr, "writeguard dlq replay: %d envelopes failed (left pending); run again\n", failed)
-		return exitFail
-	case still > 0 || conflicts > 0:
-		return exitCheck
-	}
-	return exitOK
-}
-
-func printReplay(w io.Writer, outs []replayOut, f dlqFlags, validator bson.D) {
-	if len(outs) == 0 {
-		fmt.Fprintln(w, "nothing to replay: no pending envelope matches")
-		return
-	}
-	for _, o := range outs {
-		if o.DryRun {
-			src := "the target's validator"
-			if validator != nil {
-				src = f.validator
-			} else if o.Validator == nil {
-				src = "no validator (the target has none)"
-			}
-			fmt.Fprintf(w, "dry run %s against %s: %s envelopes match; %s would pass, %s would fail, %s undetermined\n",
-				o.Namespace, src, n(o.Matched), n(o.WouldPass), n(o.WouldFail), n(o.Undetermined))
-			continue
-		}
-		fmt.Fprintf(w, "replayed %s: %s envelopes in %d batches, %.2fs\n", o.Namespace, n(o.Scanned), o.Batches, o.Elapsed.Seconds())
-		line := func(name string, v int64, note string) {
-			fmt.Fprintf(w, "  %-14s %8s  %s\n", name, n(v), note)
-		}
-		line("replayed", o.Replayed, fmt.Sprintf("written to %s (%s of them were there already)", o.Namespace, n(o.ReplayedByDuplicate)))
-		line("still invalid", o.StillInvalid, "rejected again: pending, attempts + 1")
-		line("conflicts", o.Conflicts, "another document holds the key: pending")
-		line("failed", o.Failed, "other errors: pending, run again")
-		line("skipped", o.Skipped, "truncated or redacted originals")
-		for i, p := range o.Problems {
-			if i == 10 {
-				fmt.Fprintf(w, "  ... %d more problems (--json lists up to 100)\n", len(o.Problems)-10)
-				break
-			}
-			fmt.Fprintf(w, "  %s %s: %s\n", p.Outcome, p.Fingerprint[:min(12, len(p.Fingerprint))], p.Reason)
-		}
-	}
-}
-
-// dryRun runs replay's dry run, and where the server cannot evaluate it
-// (FerretDB: no $replaceRoot, no $jsonSchema in queries) evaluates the
-// validator in the client with the same $jsonSchema implementation as the
-// demo's proxy.
-func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collection, filter envelope.Filter, validator bson.D, opts []replay.Option) (replay.Result, error) {
-	o := append(opts, replay.WithDryRun())
-	if validator != nil {
-		o = append(o, replay.WithValidator(validator))
-	}
-	res, err := replay.Run(ctx, dlq, target, o...)
-	if err == nil || !errors.Is(err, replay.ErrDryRunUnsupported) {
-		return res, err
-	}
-	var v *jsonschema.Validator
-	if validator != nil {
-		if v, err = jsonschema.Compile(validator); err != nil {
-			return res, err
-		}
-	} else if tc := replay.TargetCollection(target); tc != nil {
-		cur, err := replay.CurrentValidator(ctx, tc)
-		if err != nil {
-			return res, err
-		}
-		if cur != nil {
-			if v, err = jsonschema.Compile(cur); err != nil {
-				return res, fmt.Errorf("the target's validator cannot be evaluated client-side: %w", err)
-			}
-		}
-	}
-	q, err := filter.WithDefaultStatus(envelope.StatusPending).Query(time.Now())
-	if err != nil {
-		return res, err
-	}
-	t0 := time.Now()
-	cur, err := dlq.Find(ctx, q, options.Find().SetProjection(bson.D{{Key: "original", Value: 1}, {Key: "original_truncated", Value: 1}, {Key: "original_redacted", Value: 1}, {Key: "operation", Value: 1}}))
-	if err != nil {
-		return res, err
-	}
-	defer cur.Close(ctx)
-	res = replay.Result{DryRun: true}
-	for cur.Next(ctx) {
-		res.Matched++
-		res.Scanned++
-		op, _ := cur.Current.Lookup("operation").StringValueOK()
-		tr, _ := cur.Current.Lookup("original_truncated").BooleanOK()
-		rd, _ := cur.Current.Lookup("original_redacted").BooleanOK()
-		orig, ok := cur.Current.Lookup("original").DocumentOK()
-		if !ok || tr || rd || op == "bulkWrite" {
-			res.Undetermined++
-			continue
-		}
-		if v == nil {
-			res.WouldPass++
-			continue
-		}
-		var d bson.D
-		if err := bson.Unmarshal(orig, &d); err != nil {
-			res.Undetermined++
-			continue
-		}
-		if v.Validate(d) == nil {
-			res.WouldPass++
-		} else {
-			res.WouldFail++
-		}
-	}
-	res.Elapsed = time.Since(t0)
-	if validator != nil {
-		res.Validator, _ = bson.Marshal(validator)
-	}
-	return res, cur.Err()
 }

@@ -361,7 +361,7 @@ func TestDLQReplayDrainsBacklogAfterWidening(t *testing.T) {
 
 	// Step 2: no validator at all (the demo's lived in its proxy): the
 	// backlog drains.
-	rep = dlqJSON(t, 0, "replay", "--data-dir", dir)
+	rep = dlqJSON(t, 0, "replay", "--data-dir", dir, "--no-validator")
 	ns = rep["namespaces"].([]any)[0].(map[string]any)
 	if num(ns["Replayed"]) != e.invalidDistinct-e.patternOnlyDistinct || num(rep["pending"]) != 0 {
 		t.Errorf("full replay %v, pending %v", ns, rep["pending"])
@@ -376,7 +376,7 @@ func TestDLQReplayDrainsBacklogAfterWidening(t *testing.T) {
 	}
 
 	// Running it again does nothing.
-	rep = dlqJSON(t, 0, "replay", "--data-dir", dir)
+	rep = dlqJSON(t, 0, "replay", "--data-dir", dir, "--no-validator")
 	if len(rep["namespaces"].([]any)) != 0 {
 		t.Errorf("second replay: %v", rep)
 	}
@@ -452,7 +452,7 @@ func TestDLQListShowDiscard(t *testing.T) {
 	if num(d["discarded"]) != 0 {
 		t.Errorf("discard --older-than 1h: %v", d)
 	}
-	rep := dlqJSON(t, 0, "replay", "--data-dir", dir)
+	rep := dlqJSON(t, 0, "replay", "--data-dir", dir, "--no-validator")
 	if num(rep["pending"]) != 0 {
 		t.Errorf("replay after discard: %v", rep)
 	}
@@ -554,7 +554,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dlq", "list", "--data-dir", dir, "--limit", "-2"}, "-limit"},
 		{[]string{"dlq", "show", "--data-dir", dir}, "ID"},
 		{[]string{"dlq", "replay", "--data-dir", dir, "--batch", "0"}, "-batch"},
-		{[]string{"dlq", "replay", "--data-dir", dir, "--status", "discarded"}, "-status"},
+		{[]string{"dlq", "replay", "--data-dir", dir, "--no-validator", "--status", "discarded"}, "-status"},
 		{[]string{"dlq", "replay", "--data-dir", dir, "--validator", filepath.Join(dir, "none.json")}, "-validator"},
 		{[]string{"dlq", "replay", "--uri", "mongodb://localhost", "--validator", "x.json"}, "-validator"},
 		{[]string{"dlq", "discard", "--data-dir", dir}, "-all"},

@@ -522,12 +522,31 @@ func account(ctx context.Context, db *mongo.Database, cfg Config, rows []Row, ou
 	for _, o := range out {
 		res.Dispositions[string(o.disp)]++
 	}
+	settleDuplicateRows(rows, out, res)
+	if res.Server == conn.KindEmbedded {
+		checkStoredRowsValid(rows, out, res)
+	}
+	countDispositions(out, res)
+	inTarget, err := readTargetIDs(ctx, db.Collection(cfg.Collection), res)
+	if err != nil {
+		return err
+	}
+	inDLQ, err := readDLQ(ctx, db.Collection(cfg.DLQ), res)
+	if err != nil {
+		return err
+	}
+	expected, misplaced := placeRows(rows, out, inTarget, inDLQ, res)
+	checkTarget(rows, inTarget, expected, res)
+	checkTotals(misplaced, res)
+	return nil
+}
 
-	// Rows sharing an _id are the same order line. Among the rows of one
-	// _id that reached the target, one stored it; the others are duplicate
-	// rows, whatever writeguard could tell: after a lost reply a duplicate
-	// reads back identical and is reported already_written. Such rows are
-	// counted as conflicts (DuplicatesReadBack says how many).
+// settleDuplicateRows: rows sharing an _id are the same order line. Among
+// the rows of one _id that reached the target, one stored it; the others
+// are duplicate rows, whatever writeguard could tell: after a lost reply a
+// duplicate reads back identical and is reported already_written. Such
+// rows are counted as conflicts (DuplicatesReadBack says how many).
+func settleDuplicateRows(rows []Row, out []rowOutcome, res *Result) {
 	seen := map[string]int{}
 	groups := map[string][]int{}
 	for i, r := range rows {
@@ -562,23 +581,30 @@ func account(ctx context.Context, db *mongo.Database, cfg Config, rows []Row, ou
 			}
 		}
 	}
+}
 
-	// On the embedded server the validator is the proxy's emulation: check
-	// that no stored row is one it rejects (a bypass would otherwise pass
-	// as "written").
-	if res.Server == conn.KindEmbedded {
-		if v, err := jsonschema.Compile(Validator()); err == nil {
-			var bad []string
-			for i, r := range rows {
-				if d := out[i].disp; (d.Stored() || d == writeguard.ConflictSkipped) && v.Validate(r.Doc) != nil {
-					bad = append(bad, fmt.Sprintf("line %d (%s, attempts %d, batch at row %d)", r.Line, d, out[i].attempts, out[i].batch+1))
-				}
-			}
-			if len(bad) > 0 {
-				res.Problems = append(res.Problems, fmt.Sprintf("%d rows the validator rejects were stored: %v", len(bad), bad[:min(5, len(bad))]))
-			}
+// checkStoredRowsValid: on the embedded server the validator is the
+// proxy's emulation: check that no stored row is one it rejects (a bypass
+// would otherwise pass as "written").
+func checkStoredRowsValid(rows []Row, out []rowOutcome, res *Result) {
+	v, err := jsonschema.Compile(Validator())
+	if err != nil {
+		return
+	}
+	var bad []string
+	for i, r := range rows {
+		if d := out[i].disp; (d.Stored() || d == writeguard.ConflictSkipped) && v.Validate(r.Doc) != nil {
+			bad = append(bad, fmt.Sprintf("line %d (%s, attempts %d, batch at row %d)", r.Line, d, out[i].attempts, out[i].batch+1))
 		}
 	}
+	if len(bad) > 0 {
+		res.Problems = append(res.Problems, fmt.Sprintf("%d rows the validator rejects were stored: %v", len(bad), bad[:min(5, len(bad))]))
+	}
+}
+
+// countDispositions fills the per-disposition counts and the dead-lettered
+// rows' keywords.
+func countDispositions(out []rowOutcome, res *Result) {
 	res.Keywords, res.KeywordPaths, res.Other = map[string]int{}, map[string]int{}, map[string]int{}
 	for _, o := range out {
 		switch d := o.disp; {
@@ -611,13 +637,16 @@ func account(ctx context.Context, db *mongo.Database, cfg Config, rows []Row, ou
 	if len(res.Other) == 0 {
 		res.Other = nil
 	}
+}
 
-	// Read the target's _ids once (FerretDB cannot use an index for a
-	// per-id lookup; one scan is cheaper than 40,000 of them).
+// readTargetIDs reads the target's _ids once (FerretDB cannot use an
+// index for a per-id lookup; one scan is cheaper than 40,000 of them) and
+// counts each.
+func readTargetIDs(ctx context.Context, target *mongo.Collection, res *Result) (map[string]int, error) {
 	inTarget := map[string]int{}
-	cur, err := db.Collection(cfg.Collection).Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(20000))
+	cur, err := target.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(20000))
 	if err != nil {
-		return fmt.Errorf("read the target's ids: %w", err)
+		return nil, fmt.Errorf("read the target's ids: %w", err)
 	}
 	for cur.Next(ctx) {
 		res.Target.Documents++
@@ -625,30 +654,34 @@ func account(ctx context.Context, db *mongo.Database, cfg Config, rows []Row, ou
 		inTarget[id]++
 	}
 	if err := cur.Err(); err != nil {
-		return fmt.Errorf("read the target's ids: %w", err)
+		return nil, fmt.Errorf("read the target's ids: %w", err)
 	}
 	_ = cur.Close(ctx)
 	res.Target.DistinctIDs = len(inTarget)
+	return inTarget, nil
+}
 
-	// Read the dead-letter collection's document ids for this namespace.
+// readDLQ reads the dead-letter collection's document ids for this
+// namespace, and its statistics.
+func readDLQ(ctx context.Context, dlq *mongo.Collection, res *Result) (map[string]bool, error) {
 	inDLQ := map[string]bool{}
-	dcur, err := db.Collection(cfg.DLQ).Find(ctx, bson.D{{Key: "namespace", Value: res.Namespace}},
+	dcur, err := dlq.Find(ctx, bson.D{{Key: "namespace", Value: res.Namespace}},
 		options.Find().SetProjection(bson.D{{Key: "document_id", Value: 1}}).SetBatchSize(20000))
 	if err != nil {
-		return fmt.Errorf("read the dead-letter collection: %w", err)
+		return nil, fmt.Errorf("read the dead-letter collection: %w", err)
 	}
 	for dcur.Next(ctx) {
 		id, _ := dcur.Current.Lookup("document_id").StringValueOK()
 		inDLQ[id] = true
 	}
 	if err := dcur.Err(); err != nil {
-		return fmt.Errorf("read the dead-letter collection: %w", err)
+		return nil, fmt.Errorf("read the dead-letter collection: %w", err)
 	}
 	_ = dcur.Close(ctx)
 
-	sum, err := envelope.Stats(ctx, db.Collection(cfg.DLQ), envelope.Filter{Namespaces: []string{res.Namespace}})
+	sum, err := envelope.Stats(ctx, dlq, envelope.Filter{Namespaces: []string{res.Namespace}})
 	if err != nil {
-		return fmt.Errorf("dead-letter stats: %w", err)
+		return nil, fmt.Errorf("dead-letter stats: %w", err)
 	}
 	res.DLQ.Summary = sum
 	res.DLQ.Envelopes, res.DLQ.Captures, res.DLQ.Pending = sum.Envelopes, sum.Attempts, sum.Pending
@@ -662,8 +695,12 @@ func account(ctx context.Context, db *mongo.Database, cfg Config, rows []Row, ou
 	for _, g := range sum.ByCode {
 		res.DLQ.ByCode[fmt.Sprint(g.Code)] = g.Envelopes
 	}
+	return inDLQ, nil
+}
 
-	// Every row must be where its disposition says.
+// placeRows checks that every row is where its disposition says, and
+// returns the _ids expected in the target and up to 5 misplaced rows.
+func placeRows(rows []Row, out []rowOutcome, inTarget map[string]int, inDLQ map[string]bool, res *Result) (map[string]bool, []string) {
 	expected := map[string]bool{}
 	accounted := 0
 	var misplaced []string
@@ -688,6 +725,12 @@ func account(ctx context.Context, db *mongo.Database, cfg Config, rows []Row, ou
 	}
 	res.Lost = res.Input - accounted
 	res.Target.Expected = len(expected)
+	return expected, misplaced
+}
+
+// checkTarget counts the target's duplicates, and the documents no row
+// claims, no row reported or that are missing.
+func checkTarget(rows []Row, inTarget map[string]int, expected map[string]bool, res *Result) {
 	inputIDs := make(map[string]bool, len(rows))
 	for _, r := range rows {
 		inputIDs[r.ID] = true
@@ -710,7 +753,10 @@ func account(ctx context.Context, db *mongo.Database, cfg Config, rows []Row, ou
 	}
 	// A document in the target that no row claims is one too many.
 	res.Duplicates += res.Target.Unexpected
+}
 
+// checkTotals records the problems the counts show, and sets OK.
+func checkTotals(misplaced []string, res *Result) {
 	total := res.Written + res.AlreadyWritten + res.DeadLettered + res.Conflicts + res.Failed + res.Exhausted + res.Unknown + res.NotAttempted
 	for _, n := range res.Other {
 		total += n
@@ -727,7 +773,6 @@ func account(ctx context.Context, db *mongo.Database, cfg Config, rows []Row, ou
 	res.Problems = append(res.Problems, truthProblems(rows, out, inTarget, expected, res)...)
 	sort.Strings(res.Problems)
 	res.OK = len(res.Problems) == 0
-	return nil
 }
 
 // truthProblems checks that the dispositions are true: a row reported not

@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/cmd/writeguard/internal/conn"
+	"github.com/writeguard/writeguard/cmd/writeguard/internal/progress"
+	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/jsonschema"
+	"github.com/writeguard/writeguard/mocks/faultproxy"
+	"github.com/writeguard/writeguard/policy"
+	"github.com/writeguard/writeguard/replay"
+)
+
+// addReplayFlags registers the flags of "dlq replay".
+func addReplayFlags(fs *flag.FlagSet, f *dlqFlags) {
+	fs.BoolVar(&f.dryRun, "dry-run", false, "write nothing; say how many envelopes would pass the validator")
+	fs.IntVar(&f.batch, "batch", replay.DefaultBatchSize, "envelopes per batch")
+	fs.StringVar(&f.validator, "validator", "", "with --data-dir: enforce the validator in `FILE` (Extended JSON) on the replayed writes")
+	fs.BoolVar(&f.noValidator, "no-validator", false, "replay with no validation at all (required when no validator would apply: --data-dir without --validator, or a collection without one)")
+	fs.IntVar(&f.workers, "workers", 1, fmt.Sprintf("run `N` replay workers in parallel (1..%d); each claims its batches with a lease", replay.MaxWorkers))
+	fs.DurationVar(&f.lease, "lease", replay.DefaultLease, "how long a worker holds the envelopes it claimed (`DURATION`); envelopes of a worker that dies wait this long for another")
+}
+
+// checkReplayFlags returns what is wrong with the flags of "dlq replay",
+// or "".
+func checkReplayFlags(f dlqFlags) string {
+	switch {
+	case f.batch < 1 || f.batch > replay.MaxBatchSize:
+		return fmt.Sprintf("-batch %d: want 1..%d", f.batch, replay.MaxBatchSize)
+	case f.workers < 1 || f.workers > replay.MaxWorkers:
+		return fmt.Sprintf("-workers %d: want 1..%d", f.workers, replay.MaxWorkers)
+	case f.lease < replay.MinLease:
+		return fmt.Sprintf("-lease %v: want at least %v", f.lease, replay.MinLease)
+	case f.validator != "" && f.noValidator:
+		return "-validator and -no-validator are exclusive"
+	case f.validator != "" && f.uri != "":
+		return "-validator applies to -data-dir only; with -uri widen the collection's validator (collMod) and replay"
+	case f.dataDir != "" && f.validator == "" && !f.noValidator && !f.dryRun:
+		return "the embedded server enforces no validator: give -validator FILE to enforce one on the replayed writes, " +
+			"or -no-validator to write every original as it is"
+	}
+	return ""
+}
+
+// sqliteBusy classifies the embedded server's "database is locked
+// (SQLITE_BUSY)" InternalError as transient: FerretDB answers it when two
+// writers of one SQLite database collide (several --workers), and the
+// write, not applied, succeeds when sent again.
+var sqliteBusy = policy.ClassifierFunc(func(f policy.Failure) policy.Class {
+	if f.Code == 1 && strings.Contains(f.Message, "SQLITE_BUSY") {
+		return policy.Transient
+	}
+	return policy.Unknown
+})
+
+type replayOut struct {
+	Namespace string `json:"namespace"`
+	// Validation says what checks the replayed writes.
+	Validation string `json:"validation"`
+	replay.Result
+}
+
+// replayRun is one "dlq replay": its flags, connection and the state
+// shared by its namespaces.
+type replayRun struct {
+	c         *conn.Conn
+	dlq       *mongo.Collection
+	sel       envelope.Filter
+	f         dlqFlags
+	validator bson.D
+	stderr    io.Writer
+	bar       *progress.Bar
+	done      int64
+}
+
+func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, validator bson.D, stdout, stderr io.Writer) int {
+	// Which namespaces have envelopes to replay?
+	rr := &replayRun{c: c, dlq: dlq, sel: filter.WithDefaultStatus(envelope.StatusPending), f: f, validator: validator, stderr: stderr}
+	st, err := envelope.Stats(ctx, dlq, rr.sel)
+	if err != nil {
+		return failure(stderr, "dlq replay", err)
+	}
+	if validator != nil && c.Proxy != nil {
+		var items []faultproxy.ScriptItem
+		for _, g := range st.ByNamespace {
+			items = append(items, faultproxy.Validator(g.Key, validator))
+		}
+		script, err := faultproxy.NewScript(items...)
+		if err != nil {
+			return usageError(stderr, "dlq replay", "-validator %s: %v", f.validator, err)
+		}
+		c.Proxy.SetScript(script)
+	}
+	if fe, ok := stderr.(*os.File); ok && progress.IsTerminal(fe) && !f.dryRun { // the bar is drawn on stderr
+		rr.bar = progress.New(stderr, "replaying", int(st.Envelopes))
+		defer rr.bar.Finish()
+	}
+	outs := []replayOut{}
+	var runErr error
+	for _, g := range st.ByNamespace {
+		out, code, err := rr.namespace(ctx, g)
+		if code != exitOK {
+			return code
+		}
+		if out != nil {
+			outs = append(outs, *out)
+		}
+		if err != nil {
+			runErr = fmt.Errorf("%s: %w", g.Key, err)
+			break
+		}
+	}
+	left, lerr := envelope.Stats(context.WithoutCancel(ctx), dlq, rr.sel)
+	if code := rr.report(stdout, outs, left, lerr, runErr); code != exitOK {
+		return code
+	}
+	return replayExit(outs, stderr)
+}
+
+// namespace replays (or dry-runs) the envelopes of one namespace. A
+// non-zero code means stop at once (a usage error was printed).
+func (rr *replayRun) namespace(ctx context.Context, g envelope.Group) (*replayOut, int, error) {
+	db, coll, ok := strings.Cut(g.Key, ".")
+	if !ok {
+		fmt.Fprintf(rr.stderr, "writeguard dlq replay: skipping %d envelopes with namespace %q (no collection)\n", g.Envelopes, g.Key)
+		return nil, exitOK, nil
+	}
+	opts := []writeguard.Option{writeguard.WithBackoff(policy.Backoff{Base: 50 * time.Millisecond, Cap: 2 * time.Second, MaxAttempts: 6})}
+	if rr.f.dataDir != "" {
+		opts = append(opts, writeguard.WithClassifier(sqliteBusy))
+	}
+	target, err := writeguard.Wrap(rr.c.Client.Database(db).Collection(coll), opts...)
+	if err != nil {
+		return nil, failure(rr.stderr, "dlq replay", err), nil
+	}
+	validation, err := rr.validation(ctx, target)
+	if err != nil {
+		return nil, failure(rr.stderr, "dlq replay", err), nil
+	}
+	if validation == "" {
+		return nil, usageError(rr.stderr, "dlq replay", "%s has no validator, so the replay would write every original "+
+			"unchecked: widen or set its validator first, or give -no-validator to replay anyway", g.Key), nil
+	}
+	nf := rr.sel
+	nf.Namespaces = []string{g.Key}
+	if !rr.f.dryRun {
+		fmt.Fprintf(rr.stderr, "writeguard dlq replay: %s: %d envelopes; validation: %s; %d workers, batches of %d, lease %v\n",
+			g.Key, g.Envelopes, validation, rr.f.workers, rr.f.batch, rr.f.lease)
+	}
+	base := rr.done
+	ropts := []replay.Option{replay.WithFilter(nf), replay.WithBatchSize(rr.f.batch), replay.WithProgress(func(p replay.Progress) {
+		if rr.bar != nil {
+			rr.bar.Add(int(base + p.Scanned - rr.done))
+			rr.done = base + p.Scanned
+		}
+	})}
+	var res replay.Result
+	if rr.f.dryRun {
+		res, err = dryRun(ctx, rr.dlq, target, nf, rr.validator, ropts)
+	} else {
+		ropts = append(ropts, replay.WithWorkers(rr.f.workers), replay.WithLease(rr.f.lease))
+		res, err = replay.Run(ctx, rr.dlq, target, ropts...)
+	}
+	return &replayOut{Namespace: g.Key, Validation: validation, Result: res}, exitOK, err
+}
+
+// validation says what will check the replayed writes of target; "" when
+// nothing would and -no-validator was not given.
+func (rr *replayRun) validation(ctx context.Context, target writeguard.Collection) (string, error) {
+	switch {
+	case rr.validator != nil:
+		return "the validator in " + rr.f.validator + ", enforced on the replayed writes", nil
+	case rr.f.dataDir != "" && rr.f.noValidator:
+		return "none (-no-validator): every original is written as it is", nil
+	case rr.f.dataDir != "":
+		return "none (dry run: the embedded server has no validator)", nil
+	}
+	v, err := replay.CurrentValidator(ctx, replay.TargetCollection(target))
+	switch {
+	case err != nil:
+		return "", err
+	case v != nil:
+		return "the collection's own validator", nil
+	case rr.f.noValidator:
+		return "none (the collection has no validator; -no-validator)", nil
+	case rr.f.dryRun:
+		return "none (the collection has no validator)", nil
+	}
+	return "", nil
+}
+
+// report prints the outcomes (JSON or table); a non-zero code on failure.
+func (rr *replayRun) report(stdout io.Writer, outs []replayOut, left envelope.Summary, lerr, runErr error) int {
+	if rr.f.asJSON {
+		out := map[string]any{"dry_run": rr.f.dryRun, "namespaces": outs}
+		if lerr == nil {
+			out["pending"] = left.Pending
+		}
+		if runErr != nil {
+			out["error"] = runErr.Error()
+		}
+		if err := writeJSON(stdout, out); err != nil {
+			return failure(rr.stderr, "dlq replay", err)
+		}
+	} else {
+		printReplay(stdout, outs, rr.f, rr.validator)
+		if lerr == nil && !rr.f.dryRun {
+			fmt.Fprintf(stdout, "pending left (this filter): %s\n", n(left.Pending))
+		}
+	}
+	if runErr != nil {
+		return failure(rr.stderr, "dlq replay", runErr)
+	}
+	return exitOK
+}
+
+// replayExit is the exit status of a replay that ran to its end.
+func replayExit(outs []replayOut, stderr io.Writer) int {
+	var still, conflicts, failed int64
+	for _, o := range outs {
+		still += o.StillInvalid
+		conflicts += o.Conflicts
+		failed += o.Failed
+	}
+	switch {
+	case failed > 0:
+		fmt.Fprintf(stderr, "writeguard dlq replay: %d envelopes failed (left pending); run again\n", failed)
+		return exitFail
+	case still > 0 || conflicts > 0:
+		return exitCheck
+	}
+	return exitOK
+}
+
+func printReplay(w io.Writer, outs []replayOut, f dlqFlags, validator bson.D) {
+	if len(outs) == 0 {
+		fmt.Fprintln(w, "nothing to replay: no pending envelope matches")
+		return
+	}
+	for _, o := range outs {
+		if o.DryRun {
+			src := "the target's validator"
+			if validator != nil {
+				src = f.validator
+			} else if o.Validator == nil {
+				src = "no validator (the target has none)"
+			}
+			fmt.Fprintf(w, "dry run %s against %s: %s envelopes match; %s would pass, %s would fail, %s undetermined\n",
+				o.Namespace, src, n(o.Matched), n(o.WouldPass), n(o.WouldFail), n(o.Undetermined))
+			continue
+		}
+		fmt.Fprintf(w, "replayed %s: %s envelopes in %d batches, %.2fs\n", o.Namespace, n(o.Scanned), o.Batches, o.Elapsed.Seconds())
+		line := func(name string, v int64, note string) {
+			fmt.Fprintf(w, "  %-14s %8s  %s\n", name, n(v), note)
+		}
+		line("replayed", o.Replayed, fmt.Sprintf("written to %s (%s of them were there already)", o.Namespace, n(o.ReplayedByDuplicate)))
+		line("still invalid", o.StillInvalid, "rejected again: pending, attempts + 1")
+		line("conflicts", o.Conflicts, "another document holds the key: pending")
+		line("failed", o.Failed, "other errors: pending, run again")
+		line("skipped", o.Skipped, "truncated or redacted originals")
+		for i, p := range o.Problems {
+			if i == 10 {
+				fmt.Fprintf(w, "  ... %d more problems (--json lists up to 100)\n", len(o.Problems)-10)
+				break
+			}
+			fmt.Fprintf(w, "  %s %s: %s\n", p.Outcome, p.Fingerprint[:min(12, len(p.Fingerprint))], p.Reason)
+		}
+	}
+}
+
+// dryRun runs replay's dry run, and where the server cannot evaluate it
+// (FerretDB: no $replaceRoot, no $jsonSchema in queries) evaluates the
+// validator in the client with the same $jsonSchema implementation as the
+// demo's proxy.
+func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collection, filter envelope.Filter, validator bson.D, opts []replay.Option) (replay.Result, error) {
+	o := append(opts, replay.WithDryRun())
+	if validator != nil {
+		o = append(o, replay.WithValidator(validator))
+	}
+	res, err := replay.Run(ctx, dlq, target, o...)
+	if err == nil || !errors.Is(err, replay.ErrDryRunUnsupported) {
+		return res, err
+	}
+	var v *jsonschema.Validator
+	if validator != nil {
+		if v, err = jsonschema.Compile(validator); err != nil {
+			return res, err
+		}
+	} else if tc := replay.TargetCollection(target); tc != nil {
+		cur, err := replay.CurrentValidator(ctx, tc)
+		if err != nil {
+			return res, err
+		}
+		if cur != nil {
+			if v, err = jsonschema.Compile(cur); err != nil {
+				return res, fmt.Errorf("the target's validator cannot be evaluated client-side: %w", err)
+			}
+		}
+	}
+	q, err := filter.WithDefaultStatus(envelope.StatusPending).Query(time.Now())
+	if err != nil {
+		return res, err
+	}
+	t0 := time.Now()
+	cur, err := dlq.Find(ctx, q, options.Find().SetProjection(bson.D{{Key: "original", Value: 1}, {Key: "original_truncated", Value: 1}, {Key: "original_redacted", Value: 1}, {Key: "operation", Value: 1}}))
+	if err != nil {
+		return res, err
+	}
+	defer cur.Close(ctx)
+	res = replay.Result{DryRun: true}
+	for cur.Next(ctx) {
+		res.Matched++
+		res.Scanned++
+		op, _ := cur.Current.Lookup("operation").StringValueOK()
+		tr, _ := cur.Current.Lookup("original_truncated").BooleanOK()
+		rd, _ := cur.Current.Lookup("original_redacted").BooleanOK()
+		orig, ok := cur.Current.Lookup("original").DocumentOK()
+		if !ok || tr || rd || op == "bulkWrite" {
+			res.Undetermined++
+			continue
+		}
+		if v == nil {
+			res.WouldPass++
+			continue
+		}
+		var d bson.D
+		if err := bson.Unmarshal(orig, &d); err != nil {
+			res.Undetermined++
+			continue
+		}
+		if v.Validate(d) == nil {
+			res.WouldPass++
+		} else {
+			res.WouldFail++
+		}
+	}
+	res.Elapsed = time.Since(t0)
+	if validator != nil {
+		res.Validator, _ = bson.Marshal(validator)
+	}
+	return res, cur.Err()
+}

@@ -1,0 +1,200 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/internal/readback"
+	"github.com/writeguard/writeguard/policy"
+)
+
+// codeDocumentValidationFailure is the server's code for a document its
+// validator rejects (DocumentValidationFailure in mongodb/mongo
+// src/mongo/base/error_codes.yml); isInvalid also counts the envelope's
+// own code.
+const codeDocumentValidationFailure = 121
+
+// conflictRules classifies duplicate keys exactly as the guarded
+// collection's default table does.
+var conflictRules = policy.Default()
+
+// isDuplicateKey reports whether f is a duplicate-key failure by policy's
+// rules (policy.DefaultConflictCodes, and 16460 carrying " E11000 "). It
+// stands in for policy.IsDuplicateKey, which it is named after.
+func isDuplicateKey(f policy.Failure) bool {
+	return conflictRules.Classify(policy.Failure{Origin: policy.OriginServer, Code: f.Code, Message: f.Message}) == policy.Conflict
+}
+
+// isConflict reports whether d is a conflict disposition: "conflict" or a
+// conflict handler's "conflict_<verb>". It stands in for
+// policy.Disposition.IsConflict.
+func isConflict(d policy.Disposition) bool {
+	return d == policy.Conflicted || strings.HasPrefix(string(d), string(policy.Conflicted)+"_")
+}
+
+// classify sets each sent entry's outcome from the target's answer: a
+// *writeguard.Report (per-document dispositions) or a driver error (per
+// index write errors; an error for the whole command, a network error
+// say, fails every entry without one of its own).
+func classify(send []*entry, err error) {
+	if err == nil {
+		for _, e := range send {
+			e.out = outReplayed
+		}
+		return
+	}
+	var rep *writeguard.Report
+	if errors.As(err, &rep) && len(rep.Outcomes) == len(send) {
+		classifyReport(send, rep)
+		return
+	}
+	classifyDriverError(send, err)
+}
+
+// classifyReport reads the per-document dispositions of a guarded target.
+func classifyReport(send []*entry, rep *writeguard.Report) {
+	for i, o := range rep.Outcomes {
+		e := send[i]
+		f := o.Failure
+		if f != nil {
+			e.code, e.reason = f.Code, failureReason(f)
+		}
+		switch d := o.Disposition; {
+		case d == writeguard.Written || d == writeguard.AlreadyWritten || d == writeguard.ConflictReplaced:
+			e.out = outReplayed
+		case d == writeguard.DeadLettered:
+			e.out = outInvalidByTarget
+		case f != nil && isInvalid(*f, e):
+			e.out = outInvalid
+		case f != nil && isDuplicateKey(*f), isConflict(d) && f != nil:
+			e.out = outDuplicate
+		default:
+			e.out = outFailed
+			if e.reason == "" {
+				e.reason = "disposition " + string(d)
+			} else {
+				e.reason = "disposition " + string(d) + ": " + e.reason
+			}
+			if o.Err != nil {
+				e.reason += ": " + o.Err.Error()
+			}
+		}
+	}
+}
+
+// classifyDriverError reads a driver error: write errors by index, and a
+// write concern or whole-command error for the entries without one.
+func classifyDriverError(send []*entry, err error) {
+	fails := policy.Extract(err)
+	perDoc := map[int]*policy.Failure{}
+	var whole *policy.Failure
+	for i := range fails {
+		f := &fails[i]
+		if f.Index >= 0 && f.Index < len(send) && f.Origin != policy.OriginWriteConcern {
+			perDoc[f.Index] = f
+		} else if whole == nil {
+			whole = f
+		}
+	}
+	for i, e := range send {
+		f := perDoc[i]
+		switch {
+		case f != nil && isInvalid(*f, e):
+			e.out, e.code, e.reason = outInvalid, f.Code, failureReason(f)
+		case f != nil && isDuplicateKey(*f):
+			e.out, e.code, e.reason = outDuplicate, f.Code, failureReason(f)
+		case f != nil:
+			e.out, e.code, e.reason = outFailed, f.Code, failureReason(f)
+		case whole != nil:
+			// A write concern error (applied, not confirmed) or a
+			// whole-command error: the next run resolves it by _id.
+			e.out, e.code, e.reason = outFailed, whole.Code, failureReason(whole)
+		default:
+			e.out = outReplayed
+		}
+	}
+}
+
+// isInvalid reports whether f rejects the document as invalid: 121, or
+// the envelope's own (non-duplicate-key) code.
+func isInvalid(f policy.Failure, e *entry) bool {
+	return f.Code == codeDocumentValidationFailure || (f.Code != 0 && f.Code == e.env.Code && !isDuplicateKey(f))
+}
+
+func failureReason(f *policy.Failure) string {
+	s := f.Message
+	if f.Code != 0 {
+		s = fmt.Sprintf("%d %s: %s", f.Code, f.CodeName, f.Message)
+	}
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}
+
+// resolveDuplicates reads back, in one query, the inserts that hit a
+// duplicate key: a stored document with the same _id that equals the
+// original (or whose _id writeguard assigned) is this payload, written
+// earlier: replayed. Anything else is a conflict.
+func resolveDuplicates(ctx context.Context, target writeguard.Collection, send []*entry) {
+	var dups []*entry
+	ids := bson.A{}
+	for _, e := range send {
+		if e.out != outDuplicate {
+			continue
+		}
+		if !e.insert || e.docID.Type == 0 {
+			e.out = outConflict
+			continue
+		}
+		dups = append(dups, e)
+		ids = append(ids, e.docID)
+	}
+	if len(dups) == 0 {
+		return
+	}
+	found, err := readBack(ctx, target, ids)
+	if err != nil {
+		for _, e := range dups {
+			e.out = outFailed
+			e.reason = "duplicate key; reading the target back failed: " + err.Error()
+		}
+		return
+	}
+	for _, e := range dups {
+		doc, ok := found[readback.Key(e.docID)]
+		switch {
+		case ok && (policy.SameDocument(doc, e.env.Original) || e.env.IDAssigned):
+			e.out = outReplayedDup
+		case ok:
+			e.out = outConflict
+			e.reason = "duplicate key: the target holds another document with this _id"
+		case found == nil:
+			e.out = outConflict
+			e.reason = "duplicate key; the target cannot be read back (no Find): " + e.reason
+		default:
+			e.out = outConflict
+			e.reason = "duplicate key on another unique index: " + e.reason
+		}
+	}
+}
+
+// readBack returns the target's documents with these _ids keyed by
+// readback.Key, or nil (no error) when the target cannot be read.
+func readBack(ctx context.Context, target writeguard.Collection, ids bson.A) (map[string]bson.Raw, error) {
+	var fd readback.Finder
+	switch t := target.(type) {
+	case interface{ Target() writeguard.Target }:
+		fd = t.Target()
+	case readback.Finder:
+		fd = t
+	default:
+		return nil, nil
+	}
+	return readback.ByID(ctx, fd, ids)
+}

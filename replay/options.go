@@ -1,0 +1,230 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/writeguard/writeguard/envelope"
+)
+
+// DefaultBatchSize is how many envelopes Run reads and writes per batch.
+const DefaultBatchSize = 500
+
+// MaxBatchSize bounds WithBatchSize (the server's maxWriteBatchSize).
+const MaxBatchSize = 100000
+
+// DefaultLease is how long a runner holds the envelopes it claimed before
+// another runner may take them (WithLease): 5 minutes.
+const DefaultLease = 5 * time.Minute
+
+// MinLease bounds WithLease from below: 100 ms.
+const MinLease = 100 * time.Millisecond
+
+// MaxWorkers bounds WithWorkers.
+const MaxWorkers = 64
+
+// LeaseCollectionSuffix is appended to the dead-letter collection's name
+// to name the collection holding the leases, unless WithLeaseCollection
+// names another: "dlq" → "dlq_leases".
+const LeaseCollectionSuffix = "_leases"
+
+// maxProblems bounds Result.Problems.
+const maxProblems = 100
+
+// Option configures Run. Options are applied in order, then checked
+// together: Run returns every bad value at once (errors.Join), and a nil
+// Option is an error.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	batch     int
+	rate      float64
+	filter    envelope.Filter
+	dryRun    bool
+	validator any
+	progress  func(Progress)
+	redacted  bool
+	workers   int
+	lease     time.Duration
+	leases    *mongo.Collection
+	owner     string
+	run       string
+	errs      []error
+	now       func() time.Time
+}
+
+func newConfig(opts []Option) *config {
+	c := &config{batch: DefaultBatchSize, workers: 1, lease: DefaultLease, now: time.Now}
+	for i, o := range opts {
+		if o == nil {
+			c.errs = append(c.errs, fmt.Errorf("replay: option %d is nil", i))
+			continue
+		}
+		o.apply(c)
+	}
+	if c.validator != nil && !c.dryRun {
+		c.errs = append(c.errs, errors.New("replay: WithValidator needs WithDryRun"))
+	}
+	return c
+}
+
+// WithBatchSize sets how many envelopes each batch reads and writes
+// (default DefaultBatchSize, at most MaxBatchSize). Each batch costs a
+// find of candidate _ids on the DLQ, a find and an insert on the lease
+// collection, a find of the claimed envelopes, one bulk write on the
+// target, one bulk update on the DLQ and one delete of the leases, and
+// holds its envelopes in memory: lower it when originals are large (an
+// envelope can approach 16 MiB).
+func WithBatchSize(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 || n > MaxBatchSize {
+			c.errs = append(c.errs, fmt.Errorf("replay: WithBatchSize(%d): want 1..%d", n, MaxBatchSize))
+			return
+		}
+		c.batch = n
+	})
+}
+
+// WithRate limits the replay to docsPerSecond envelopes per second on
+// average (0: no limit, the default), per worker. Batches are then at
+// most docsPerSecond envelopes (at least 1) and are spaced so that the
+// count of envelopes sent never runs ahead of the rate by more than one
+// batch.
+func WithRate(docsPerSecond float64) Option {
+	return optionFunc(func(c *config) {
+		if docsPerSecond < 0 || math.IsNaN(docsPerSecond) || math.IsInf(docsPerSecond, 0) {
+			c.errs = append(c.errs, fmt.Errorf("replay: WithRate(%v): want a finite rate ≥ 0", docsPerSecond))
+			return
+		}
+		c.rate = docsPerSecond
+	})
+}
+
+// WithFilter selects the envelopes to replay (see envelope.Filter). An
+// empty Statuses means pending only; an empty Namespaces means the
+// target's namespace. Listing StatusReplayed replays envelopes again (the
+// duplicate-key check then counts them replayed); StatusDiscarded
+// envelopes are replayed only when listed.
+func WithFilter(f envelope.Filter) Option {
+	return optionFunc(func(c *config) { c.filter = f })
+}
+
+// WithDryRun makes Run evaluate the selected envelopes against the
+// target's validator instead of writing them (see the package
+// documentation): the Result has DryRun set and Matched, WouldPass,
+// WouldFail and Undetermined filled; nothing is written anywhere.
+func WithDryRun() Option {
+	return optionFunc(func(c *config) { c.dryRun = true })
+}
+
+// WithValidator makes a dry run evaluate validator (a query document such
+// as bson.D{{"$jsonSchema", ...}}, as bson.D, bson.M or bson.Raw) instead
+// of the target's current one: to try a widened schema before applying
+// it. It needs WithDryRun; nil is an error.
+func WithValidator(validator any) Option {
+	return optionFunc(func(c *config) {
+		if validator == nil {
+			c.errs = append(c.errs, errors.New("replay: WithValidator(nil): want a validator document"))
+			return
+		}
+		c.validator = validator
+	})
+}
+
+// WithProgress calls fn after each batch with the counts so far (summed
+// over the workers). Calls are serialized; fn should return quickly.
+func WithProgress(fn func(Progress)) Option {
+	return optionFunc(func(c *config) { c.progress = fn })
+}
+
+// WithRedacted makes Run replay envelopes whose original a sink's
+// redaction hook changed (original_redacted): the target then receives
+// the redacted document. Without it they are skipped.
+func WithRedacted() Option {
+	return optionFunc(func(c *config) { c.redacted = true })
+}
+
+// WithWorkers runs n runners in parallel in this Run (1..MaxWorkers,
+// default 1). They share the run's identity (WithRunID), so each envelope
+// is tried by one of them only; each claims its batches with leases as
+// separate processes do (see the package documentation).
+func WithWorkers(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 || n > MaxWorkers {
+			c.errs = append(c.errs, fmt.Errorf("replay: WithWorkers(%d): want 1..%d", n, MaxWorkers))
+			return
+		}
+		c.workers = n
+	})
+}
+
+// WithLease sets how long a runner holds the envelopes it claimed
+// (default DefaultLease, at least MinLease). A runner that stops without
+// releasing them (a crash, a lost connection) blocks them for this long;
+// a runner that takes longer than this over one batch may see another
+// runner take its envelopes (the insert of an original then meets its
+// own _id and is counted replayed once more: see the package
+// documentation). The runners' clocks must agree to well within it.
+func WithLease(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < MinLease {
+			c.errs = append(c.errs, fmt.Errorf("replay: WithLease(%v): want at least %v", d, MinLease))
+			return
+		}
+		c.lease = d
+	})
+}
+
+// WithLeaseCollection stores the leases in coll instead of the dead-letter
+// collection's name plus LeaseCollectionSuffix, in its database. Every
+// runner draining one DLQ must use the same lease collection. nil is an
+// error.
+func WithLeaseCollection(coll *mongo.Collection) Option {
+	return optionFunc(func(c *config) {
+		if coll == nil {
+			c.errs = append(c.errs, errors.New("replay: WithLeaseCollection(nil): want a collection"))
+			return
+		}
+		c.leases = coll
+	})
+}
+
+// WithOwner names the runner in its leases (default: a random name; with
+// WithWorkers, the name plus "/<worker number>"). Operators read it in the
+// lease collection; it must differ between runners. An empty name is an
+// error.
+func WithOwner(name string) Option {
+	return optionFunc(func(c *config) {
+		if name == "" {
+			c.errs = append(c.errs, errors.New("replay: WithOwner(\"\"): want a name"))
+			return
+		}
+		c.owner = name
+	})
+}
+
+// WithRunID sets the identity of the replay run (default: a random one per
+// Run). Each envelope is tried once per run: the runners of one run skip
+// the envelopes any of them already tried (replay_run), so an envelope
+// rejected again is not retried by a second runner. Processes draining
+// one backlog together pass the same id; a later run, to retry the
+// envelopes left pending, uses a new one. An empty id is an error.
+func WithRunID(id string) Option {
+	return optionFunc(func(c *config) {
+		if id == "" {
+			c.errs = append(c.errs, errors.New("replay: WithRunID(\"\"): want an id"))
+			return
+		}
+		c.run = id
+	})
+}
