@@ -14,9 +14,9 @@ import (
 )
 
 // MaxDocumentSize is the largest document the server accepts, 16 MiB
-// (maxBsonObjectSize; BSONObjectTooLarge 10334 above it). A larger document
-// is routed as Invalid before any attempt.
-const MaxDocumentSize = 16 * 1024 * 1024
+// (policy.MaxBSONSize). A larger document is routed as Invalid before any
+// attempt.
+const MaxDocumentSize = policy.MaxBSONSize
 
 // InsertOne inserts document through the policy chain. document gets an
 // _id before the first attempt when it has none (the caller's value is not

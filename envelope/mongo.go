@@ -15,10 +15,9 @@ import (
 	"github.com/writeguard/writeguard/policy"
 )
 
-// MaxBSONSize is the largest document a MongoDB server stores, 16 MiB
-// (maxBsonObjectSize in the hello reply; larger documents fail with 10334
-// BSONObjectTooLarge). It is the same limit as writeguard.MaxDocumentSize.
-const MaxBSONSize = 16 * 1024 * 1024
+// MaxBSONSize is the largest document a MongoDB server stores, 16 MiB: it
+// is policy.MaxBSONSize, kept here under its old name.
+const MaxBSONSize = policy.MaxBSONSize
 
 // EnvelopeHeadroom is the room, in bytes, that MongoSink keeps free below
 // MaxBSONSize when it decides whether an envelope fits: the fields set by

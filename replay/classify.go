@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -18,24 +17,6 @@ import (
 // src/mongo/base/error_codes.yml); isInvalid also counts the envelope's
 // own code.
 const codeDocumentValidationFailure = 121
-
-// conflictRules classifies duplicate keys exactly as the guarded
-// collection's default table does.
-var conflictRules = policy.Default()
-
-// isDuplicateKey reports whether f is a duplicate-key failure by policy's
-// rules (policy.DefaultConflictCodes, and 16460 carrying " E11000 "). It
-// stands in for policy.IsDuplicateKey, which it is named after.
-func isDuplicateKey(f policy.Failure) bool {
-	return conflictRules.Classify(policy.Failure{Origin: policy.OriginServer, Code: f.Code, Message: f.Message}) == policy.Conflict
-}
-
-// isConflict reports whether d is a conflict disposition: "conflict" or a
-// conflict handler's "conflict_<verb>". It stands in for
-// policy.Disposition.IsConflict.
-func isConflict(d policy.Disposition) bool {
-	return d == policy.Conflicted || strings.HasPrefix(string(d), string(policy.Conflicted)+"_")
-}
 
 // classify sets each sent entry's outcome from the target's answer: a
 // *writeguard.Report (per-document dispositions) or a driver error (per
@@ -71,7 +52,7 @@ func classifyReport(send []*entry, rep *writeguard.Report) {
 			e.out = outInvalidByTarget
 		case f != nil && isInvalid(*f, e):
 			e.out = outInvalid
-		case f != nil && isDuplicateKey(*f), isConflict(d) && f != nil:
+		case f != nil && policy.IsDuplicateKey(*f), d.IsConflict() && f != nil:
 			e.out = outDuplicate
 		default:
 			e.out = outFailed
@@ -106,7 +87,7 @@ func classifyDriverError(send []*entry, err error) {
 		switch {
 		case f != nil && isInvalid(*f, e):
 			e.out, e.code, e.reason = outInvalid, f.Code, failureReason(f)
-		case f != nil && isDuplicateKey(*f):
+		case f != nil && policy.IsDuplicateKey(*f):
 			e.out, e.code, e.reason = outDuplicate, f.Code, failureReason(f)
 		case f != nil:
 			e.out, e.code, e.reason = outFailed, f.Code, failureReason(f)
@@ -123,7 +104,7 @@ func classifyDriverError(send []*entry, err error) {
 // isInvalid reports whether f rejects the document as invalid: 121, or
 // the envelope's own (non-duplicate-key) code.
 func isInvalid(f policy.Failure, e *entry) bool {
-	return f.Code == codeDocumentValidationFailure || (f.Code != 0 && f.Code == e.env.Code && !isDuplicateKey(f))
+	return f.Code == codeDocumentValidationFailure || (f.Code != 0 && f.Code == e.env.Code && !policy.IsDuplicateKey(f))
 }
 
 func failureReason(f *policy.Failure) string {

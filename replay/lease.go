@@ -220,7 +220,7 @@ func onlyDuplicates(err error) bool {
 		return false
 	}
 	for _, f := range policy.Extract(err) {
-		if !isDuplicateKey(f) {
+		if !policy.IsDuplicateKey(f) {
 			return false
 		}
 	}
@@ -283,7 +283,7 @@ func retryable(err error) bool {
 		if f.Origin == policy.OriginContext {
 			return false
 		}
-		if conflictRules.Classify(f).Retryable() || (f.Code == codeInternalError && strings.Contains(f.Message, "SQLITE_BUSY")) {
+		if defaultTable.Classify(f).Retryable() || (f.Code == codeInternalError && strings.Contains(f.Message, "SQLITE_BUSY")) {
 			return true
 		}
 	}
@@ -305,3 +305,7 @@ func retry(ctx context.Context, op func() error) error {
 		wait = min(2*wait, time.Second)
 	}
 }
+
+// defaultTable classifies a lease or replay error as the guarded
+// collection's default table does.
+var defaultTable = policy.Default()

@@ -26,22 +26,41 @@ func Filter(ids bson.A) bson.D {
 	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}
 }
 
+// Chunk bounds the _ids of one query. Each query asks for a first batch
+// and a limit of its number of _ids, so the server answers in one reply
+// and closes the cursor: no getMore, and no cursor to lose when a
+// connection drops under it (FerretDB ties a cursor to its connection and
+// fails the getMore with InternalError; servers also cap a first batch at
+// 101 documents).
+const Chunk = 100
+
 // ByID returns the documents of f whose _id is among ids, keyed by Key, in
-// one find whose first reply holds them all (batchSize len(ids): no
-// getMore, so no cursor to lose when the pool is cleared under it). The
-// error is the driver's, unwrapped, for the caller to classify.
+// queries of at most Chunk _ids, each answered in one reply. The error is
+// the driver's, unwrapped, for the caller to classify.
 func ByID(ctx context.Context, f Finder, ids bson.A) (map[string]bson.Raw, error) {
-	cur, err := f.Find(ctx, Filter(ids), options.Find().SetBatchSize(int32(max(len(ids), 1))))
+	out := make(map[string]bson.Raw, len(ids))
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), Chunk)]
+		ids = ids[len(chunk):]
+		if err := byIDOnce(ctx, f, chunk, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func byIDOnce(ctx context.Context, f Finder, ids bson.A, out map[string]bson.Raw) error {
+	n := len(ids)
+	cur, err := f.Find(ctx, Filter(ids), options.Find().SetBatchSize(int32(n)).SetLimit(int64(n)))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer cur.Close(ctx)
-	out := make(map[string]bson.Raw, len(ids))
 	for cur.Next(ctx) {
 		doc := append(bson.Raw(nil), cur.Current...)
 		if v, err := doc.LookupErr("_id"); err == nil {
 			out[Key(v)] = doc
 		}
 	}
-	return out, cur.Err()
+	return cur.Err()
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard/internal/readback"
 	"github.com/writeguard/writeguard/mocks"
@@ -43,5 +45,33 @@ func TestByID(t *testing.T) {
 	}
 	if f := readback.Filter(bson.A{int32(1)}); len(f) != 1 || f[0].Key != "_id" {
 		t.Errorf("Filter = %v", f)
+	}
+}
+
+type countingFinder struct {
+	readback.Finder
+	finds int
+}
+
+func (c *countingFinder) Find(ctx context.Context, filter any, opts ...options.Lister[options.FindOptions]) (*mongo.Cursor, error) {
+	c.finds++
+	return c.Finder.Find(ctx, filter, opts...)
+}
+
+// More _ids than a chunk take one query per chunk, and every document
+// comes back.
+func TestByIDChunks(t *testing.T) {
+	fake := mocks.NewFake("db.c")
+	var ids bson.A
+	for i := range int32(250) {
+		if err := fake.Seed(bson.D{{Key: "_id", Value: i}}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, i)
+	}
+	f := &countingFinder{Finder: fake}
+	got, err := readback.ByID(context.Background(), f, ids)
+	if err != nil || len(got) != 250 || f.finds != 3 {
+		t.Fatalf("%d documents in %d finds (err %v), want 250 in 3", len(got), f.finds, err)
 	}
 }

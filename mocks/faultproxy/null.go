@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/writeguard/writeguard/policy"
 )
 
 // Null backend: answers commands the way a server with no data would, so
@@ -25,7 +27,7 @@ func (p *Proxy) helloReply(legacy bool, connID int64) bson.D {
 	}
 	d = append(d,
 		bson.E{Key: "helloOk", Value: true},
-		bson.E{Key: "maxBsonObjectSize", Value: int32(16 * 1024 * 1024)},
+		bson.E{Key: "maxBsonObjectSize", Value: int32(policy.MaxBSONSize)},
 		bson.E{Key: "maxMessageSizeBytes", Value: int32(48000000)},
 		bson.E{Key: "maxWriteBatchSize", Value: int32(100000)},
 		bson.E{Key: "localTime", Value: bson.NewDateTimeFromTime(time.Now())},
@@ -104,7 +106,7 @@ func nullBuildInfo() bson.D {
 		bson.E{Key: "gitVersion", Value: "faultproxy-null-backend"},
 		bson.E{Key: "versionArray", Value: bson.A{int32(7), int32(0), int32(0), int32(0)}},
 		bson.E{Key: "bits", Value: int32(64)},
-		bson.E{Key: "maxBsonObjectSize", Value: int32(16 * 1024 * 1024)},
+		bson.E{Key: "maxBsonObjectSize", Value: int32(policy.MaxBSONSize)},
 	)
 }
 

@@ -537,6 +537,7 @@ func account(ctx context.Context, db *mongo.Database, cfg Config, rows []Row, ou
 	}
 	expected, misplaced := placeRows(rows, out, inTarget, inDLQ, res)
 	checkTarget(rows, inTarget, expected, res)
+	res.Problems = append(res.Problems, truthProblems(rows, out, inTarget, expected, res)...)
 	checkTotals(misplaced, res)
 	return nil
 }
@@ -770,7 +771,6 @@ func checkTotals(misplaced []string, res *Result) {
 	if res.Duplicates != 0 {
 		res.Problems = append(res.Problems, fmt.Sprintf("%d documents in the target beyond one per row's _id", res.Duplicates))
 	}
-	res.Problems = append(res.Problems, truthProblems(rows, out, inTarget, expected, res)...)
 	sort.Strings(res.Problems)
 	res.OK = len(res.Problems) == 0
 }
