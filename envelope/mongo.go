@@ -272,17 +272,6 @@ func NewCheckedMongoSink(coll *mongo.Collection, opts ...SinkOption) (*MongoSink
 var ErrUnacknowledgedSink = errors.New("envelope: the dead-letter collection's write concern is unacknowledged (w: 0): " +
 	"the server confirmed nothing, so no envelope is known to be stored; give the sink a collection with w ≥ 1")
 
-// conflictRules classifies duplicate keys exactly as the guarded
-// collection's default table does.
-var conflictRules = policy.Default()
-
-// isDuplicateKey reports whether f is a duplicate-key failure by policy's
-// rules (policy.DefaultConflictCodes, and 16460 carrying " E11000 "). It
-// stands in for policy.IsDuplicateKey, which it is named after.
-func isDuplicateKey(f policy.Failure) bool {
-	return conflictRules.Classify(policy.Failure{Origin: policy.OriginServer, Code: f.Code, Message: f.Message}) == policy.Conflict
-}
-
 // acked returns ErrUnacknowledgedSink for a write the server did not
 // acknowledge.
 func acked(acknowledged bool) error {
@@ -349,7 +338,7 @@ func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) error {
 		}
 		var again []mongo.WriteModel
 		for _, f := range policy.Extract(err) {
-			if !isDuplicateKey(f) || f.Index < 0 || f.Index >= len(models) {
+			if !policy.IsDuplicateKey(f) || f.Index < 0 || f.Index >= len(models) {
 				return fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
 			}
 			again = append(again, models[f.Index])
@@ -405,7 +394,7 @@ func (s *MongoSink) insert(ctx context.Context, docs []bson.Raw, idx []int) ([]i
 	}
 	dups := make([]int, 0, len(bwe.WriteErrors))
 	for _, f := range policy.Extract(err) {
-		if !isDuplicateKey(f) || f.Index < 0 || f.Index >= len(idx) {
+		if !policy.IsDuplicateKey(f) || f.Index < 0 || f.Index >= len(idx) {
 			return nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
 		}
 		dups = append(dups, idx[f.Index])
