@@ -160,8 +160,8 @@ func printDemo(w io.Writer, r *demo.Result, cfg demo.Config, trace string) {
 	}
 	fmt.Fprintf(w, "writeguard demo: %s order lines (UCI Online Retail, Dec 2010) -> %s\n", n(r.Input), r.Namespace)
 	fmt.Fprintf(w, "server:  %s\n", server)
-	fmt.Fprintf(w, "writes:  InsertMany, unordered, %d per batch, %d workers: %d batches in %.2fs\n",
-		r.BatchSize, r.Workers, r.Batches, r.WriteSeconds)
+	fmt.Fprintf(w, "writes:  InsertMany, unordered, %d per batch, %s: %s in %.2fs\n",
+		r.BatchSize, plural(r.Workers, "worker"), plural(r.Batches, "batch"), r.WriteSeconds)
 	if r.Interrupted {
 		fmt.Fprintln(w, "INTERRUPTED: batches not started are counted not_attempted")
 	}

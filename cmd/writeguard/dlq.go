@@ -117,8 +117,11 @@ func (a ageFlag) Set(s string) error {
 // plural returns "1 envelope", "1,160 envelopes": count (with thousands
 // separators) and noun, plural unless count is 1.
 func plural[T ~int | ~int64](count T, noun string) string {
-	if count == 1 {
+	switch {
+	case count == 1:
 		return n(count) + " " + noun
+	case strings.HasSuffix(noun, "ch"), strings.HasSuffix(noun, "s"):
+		return n(count) + " " + noun + "es"
 	}
 	return n(count) + " " + noun + "s"
 }

@@ -262,7 +262,7 @@ func printReplay(w io.Writer, outs []replayOut, f dlqFlags, validator bson.D) {
 				o.Namespace, src, n(o.Matched), n(o.WouldPass), n(o.WouldFail), n(o.Undetermined))
 			continue
 		}
-		fmt.Fprintf(w, "replayed %s: %s envelopes in %d batches, %.2fs\n", o.Namespace, n(o.Scanned), o.Batches, o.Elapsed.Seconds())
+		fmt.Fprintf(w, "replayed %s: %s in %s, %.2fs\n", o.Namespace, plural(o.Scanned, "envelope"), plural(o.Batches, "batch"), o.Elapsed.Seconds())
 		line := func(name string, v int64, note string) {
 			fmt.Fprintf(w, "  %-14s %8s  %s\n", name, n(v), note)
 		}
