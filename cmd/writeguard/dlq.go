@@ -202,8 +202,46 @@ one pending again). At least one filter, or --all, is required.
 
 func runDLQCommand(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
 	name := "dlq " + cmd
-	fs := flag.NewFlagSet("writeguard "+name, flag.ContinueOnError)
 	var f dlqFlags
+	fs := dlqFlagSet(cmd, &f)
+	pos, code, stop := parseFlags(fs, args, stdout, stderr)
+	if stop {
+		return code
+	}
+	filter, validator, msg := checkDLQArgs(cmd, pos, f)
+	if msg != "" {
+		return usageError(stderr, name, "%s", msg)
+	}
+	var script *faultproxy.Script
+	if validator != nil {
+		script, _ = faultproxy.NewScript() // validators are set once the namespaces are known
+	}
+	c, err := conn.Open(ctx, conn.Options{URI: f.uri, DataDir: f.dataDir, Script: script})
+	if err != nil {
+		return failure(stderr, name, err)
+	}
+	defer c.Close(context.Background())
+	dlq := c.Client.Database(f.db).Collection(f.coll)
+	if err := checkDLQExists(ctx, c.Client.Database(f.db), f.coll); err != nil {
+		return failure(stderr, name, err)
+	}
+	switch cmd {
+	case "stats":
+		return dlqStats(ctx, dlq, filter, f, stdout, stderr)
+	case "list":
+		return dlqList(ctx, dlq, filter, f, stdout, stderr)
+	case "show":
+		return dlqShow(ctx, dlq, pos[0], f, stdout, stderr)
+	case "replay":
+		return dlqReplay(ctx, c, dlq, filter, f, validator, stdout, stderr)
+	default:
+		return dlqDiscard(ctx, dlq, filter, f, stdout, stderr)
+	}
+}
+
+// dlqFlagSet defines the flags of dlq cmd into f, and its usage text.
+func dlqFlagSet(cmd string, f *dlqFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("writeguard dlq "+cmd, flag.ContinueOnError)
 	fs.StringVar(&f.uri, "uri", "", "MongoDB `URI` of the deployment holding the dead-letter collection")
 	fs.StringVar(&f.dataDir, "data-dir", "", "use the embedded server's data in `DIR` (as left by 'writeguard demo --data-dir DIR')")
 	fs.StringVar(&f.db, "db", demo.DefaultDatabase, "`database` of the dead-letter collection")
@@ -222,7 +260,7 @@ func runDLQCommand(ctx context.Context, cmd string, args []string, stdout, stder
 	case "list":
 		fs.IntVar(&f.limit, "limit", 20, "list at most `N` envelopes (0: all)")
 	case "replay":
-		addReplayFlags(fs, &f)
+		addReplayFlags(fs, f)
 	case "discard":
 		fs.BoolVar(&f.dryRun, "dry-run", false, "discard nothing; say how many envelopes would be discarded")
 		fs.BoolVar(&f.all, "all", false, "discard every pending envelope (when no filter is given)")
@@ -237,81 +275,65 @@ func runDLQCommand(ctx context.Context, cmd string, args []string, stdout, stder
 		}
 		fmt.Fprintln(fs.Output(), ".")
 	}
-	pos, code, stop := parseFlags(fs, args, stdout, stderr)
-	if stop {
-		return code
-	}
+	return fs
+}
 
-	// Usage checks, before any connection.
+// checkDLQArgs checks the arguments of dlq cmd before any connection and
+// returns its filter and validator, or a usage error message.
+func checkDLQArgs(cmd string, pos []string, f dlqFlags) (envelope.Filter, bson.D, string) {
+	var none envelope.Filter
 	switch {
 	case cmd == "show" && len(pos) != 1:
-		return usageError(stderr, name, "want exactly one ID (fingerprint, prefix, or document _id), got %d arguments", len(pos))
+		return none, nil, fmt.Sprintf("want exactly one ID (fingerprint, prefix, or document _id), got %d arguments", len(pos))
 	case cmd != "show" && len(pos) > 0:
-		return usageError(stderr, name, "unexpected argument %q", pos[0])
+		return none, nil, fmt.Sprintf("unexpected argument %q", pos[0])
 	case f.uri == "" && f.dataDir == "":
-		return usageError(stderr, name, "need -uri URI or -data-dir DIR to find the dead-letter collection")
+		return none, nil, "need -uri URI or -data-dir DIR to find the dead-letter collection"
 	case f.uri != "" && f.dataDir != "":
-		return usageError(stderr, name, "-uri and -data-dir are exclusive")
+		return none, nil, "-uri and -data-dir are exclusive"
 	case f.limit < 0:
-		return usageError(stderr, name, "-limit %d: want ≥ 0", f.limit)
+		return none, nil, fmt.Sprintf("-limit %d: want ≥ 0", f.limit)
 	case cmd == "replay" && checkReplayFlags(f) != "":
-		return usageError(stderr, name, "%s", checkReplayFlags(f))
+		return none, nil, checkReplayFlags(f)
 	}
 	if d, err := os.Stat(f.dataDir); f.dataDir != "" && (err != nil || !d.IsDir()) {
-		return usageError(stderr, name, "-data-dir %s: not a directory (run 'writeguard demo --data-dir %s' first)", f.dataDir, f.dataDir)
+		return none, nil, fmt.Sprintf("-data-dir %s: not a directory (run 'writeguard demo --data-dir %s' first)", f.dataDir, f.dataDir)
 	}
 	filter := envelope.Filter{
 		Keywords: f.keywords, Paths: f.paths, Codes: f.codes, Namespaces: f.namespaces,
 		Statuses: f.statuses, OlderThan: f.olderThan, NewerThan: f.newerThan,
 	}
 	if err := filter.Validate(); err != nil {
-		return usageError(stderr, name, "%v", strings.TrimPrefix(err.Error(), "envelope: "))
+		return none, nil, strings.TrimPrefix(err.Error(), "envelope: ")
 	}
-	if cmd == "replay" || cmd == "discard" {
-		for _, s := range f.statuses {
-			if s != envelope.StatusPending && !(cmd == "replay" && s == envelope.StatusReplayed) {
-				return usageError(stderr, name, "-status %s: %s acts on pending envelopes only", s, cmd)
-			}
-		}
+	if msg := checkStatuses(cmd, f.statuses); msg != "" {
+		return none, nil, msg
 	}
 	if cmd == "discard" && filter.IsZero() && !f.all {
-		return usageError(stderr, name, "no filter: give -keyword/-path/-code/-namespace/-older-than/... or -all to discard every pending envelope")
+		return none, nil, "no filter: give -keyword/-path/-code/-namespace/-older-than/... or -all to discard every pending envelope"
 	}
-	var validator bson.D
-	if f.validator != "" {
-		v, err := readValidator(f.validator)
-		if err != nil {
-			return usageError(stderr, name, "-validator %s: %v", f.validator, err)
-		}
-		validator = v
+	if f.validator == "" {
+		return filter, nil, ""
 	}
-
-	var script *faultproxy.Script
-	if validator != nil {
-		script, _ = faultproxy.NewScript() // validators are set once the namespaces are known
-	}
-	c, err := conn.Open(ctx, conn.Options{URI: f.uri, DataDir: f.dataDir, Script: script})
+	v, err := readValidator(f.validator)
 	if err != nil {
-		return failure(stderr, name, err)
+		return none, nil, fmt.Sprintf("-validator %s: %v", f.validator, err)
 	}
-	defer c.Close(context.Background())
-	dlq := c.Client.Database(f.db).Collection(f.coll)
-	if err := checkDLQExists(ctx, c.Client.Database(f.db), f.coll); err != nil {
-		return failure(stderr, name, err)
-	}
+	return filter, v, ""
+}
 
-	switch cmd {
-	case "stats":
-		return dlqStats(ctx, dlq, filter, f, stdout, stderr)
-	case "list":
-		return dlqList(ctx, dlq, filter, f, stdout, stderr)
-	case "show":
-		return dlqShow(ctx, dlq, pos[0], f, stdout, stderr)
-	case "replay":
-		return dlqReplay(ctx, c, dlq, filter, f, validator, stdout, stderr)
-	default:
-		return dlqDiscard(ctx, dlq, filter, f, stdout, stderr)
+// checkStatuses: replay and discard act on pending envelopes (replay also
+// on replayed ones, to check them again).
+func checkStatuses(cmd string, statuses []string) string {
+	if cmd != "replay" && cmd != "discard" {
+		return ""
 	}
+	for _, s := range statuses {
+		if s != envelope.StatusPending && !(cmd == "replay" && s == envelope.StatusReplayed) {
+			return fmt.Sprintf("-status %s: %s acts on pending envelopes only", s, cmd)
+		}
+	}
+	return ""
 }
 
 func checkDLQExists(ctx context.Context, db *mongo.Database, coll string) error {
