@@ -248,6 +248,42 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// The write phase.
 	var st stats
 	out := make([]rowOutcome, len(rows))
+	orders, err := guardOrders(db, cfg, c.Kind, out, &st)
+	if err != nil {
+		return nil, err
+	}
+	tw := time.Now()
+	res.Batches, res.Interrupted, err = writeAll(ctx, orders, rows, out, cfg)
+	if err != nil {
+		return nil, err
+	}
+	res.WriteSeconds = time.Since(tw).Seconds()
+	res.Attempts, res.DocumentsSent, res.BudgetExhausted = st.attempts, st.docsSent, st.budget
+	res.Retries, res.RetriesByCause = st.retries, st.byCause
+	if res.RetriesByCause == nil {
+		res.RetriesByCause = map[string]int64{}
+	}
+
+	serverCounts(c, ns, dlqNS, res)
+	if res.Input > 0 {
+		res.Amplification = round(float64(res.DocumentsSent)/float64(res.Input), 4)
+		res.CommandsPerDocument = round(float64(res.ServerCommands)/float64(res.Input), 4)
+	}
+
+	// The accounting runs even after Ctrl-C: it is what says nothing was
+	// lost.
+	if err := account(context.WithoutCancel(ctx), db, cfg, rows, out, res); err != nil {
+		return nil, err
+	}
+	res.ElapsedSeconds = round(time.Since(t0).Seconds(), 2)
+	res.WriteSeconds = round(res.WriteSeconds, 2)
+	return res, nil
+}
+
+// guardOrders wraps the target collection: the dead-letter sink, the
+// conflict handler, the demo's backoff and the hooks that record each
+// row's outcome into out and the amplification into st.
+func guardOrders(db *mongo.Database, cfg Config, kind string, out []rowOutcome, st *stats) (*writeguard.Guarded, error) {
 	h := hooks.Hooks{
 		// A call that writes everything returns no Report: the hook is
 		// what tells written from already_written then.
@@ -271,7 +307,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// the collection, upserts by fingerprint grow quadratically: insert
 	// new envelopes first and upsert only the recaptures.
 	var sinkOpts []envelope.SinkOption
-	if c.Kind == conn.KindEmbedded {
+	if kind == conn.KindEmbedded {
 		sinkOpts = append(sinkOpts, envelope.WithInsertFirst())
 	}
 	sink := envelope.NewMongoSink(db.Collection(cfg.DLQ), sinkOpts...)
@@ -286,55 +322,31 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	for _, x := range cfg.Hooks {
 		opts = append(opts, writeguard.WithHooks(x))
 	}
-	orders, err := writeguard.Wrap(db.Collection(cfg.Collection), opts...)
-	if err != nil {
-		return nil, err
-	}
-	tw := time.Now()
-	res.Batches, res.Interrupted, err = writeAll(ctx, orders, rows, out, cfg)
-	if err != nil {
-		return nil, err
-	}
-	res.WriteSeconds = time.Since(tw).Seconds()
-	res.Attempts, res.DocumentsSent, res.BudgetExhausted = st.attempts, st.docsSent, st.budget
-	res.Retries, res.RetriesByCause = st.retries, st.byCause
-	if res.RetriesByCause == nil {
-		res.RetriesByCause = map[string]int64{}
-	}
+	return writeguard.Wrap(db.Collection(cfg.Collection), opts...)
+}
 
-	// Server-side counts of the write phase, before the accounting reads.
+// serverCounts records the commands the server saw during the write phase
+// (before the accounting reads), by name, and the faults injected.
+func serverCounts(c *conn.Conn, ns, dlqNS string, res *Result) {
 	res.ServerCommandsByName = map[string]int64{}
 	res.Faults = map[string]int64{}
-	if c.Proxy != nil {
-		ps := c.Proxy.Stats()
-		for k, n := range ps.CommandsByNamespace {
-			if k.Namespace == ns || k.Namespace == dlqNS {
-				res.ServerCommandsByName[k.Name] += n
-				res.ServerCommands += n
-			}
-		}
-		for k, n := range ps.Faults {
-			res.Faults[string(k)] = n
-		}
-	} else {
+	if c.Proxy == nil {
 		for k, n := range c.Commands.Snapshot() {
 			res.ServerCommandsByName[k] += n
 			res.ServerCommands += n
 		}
+		return
 	}
-	if res.Input > 0 {
-		res.Amplification = round(float64(res.DocumentsSent)/float64(res.Input), 4)
-		res.CommandsPerDocument = round(float64(res.ServerCommands)/float64(res.Input), 4)
+	ps := c.Proxy.Stats()
+	for k, n := range ps.CommandsByNamespace {
+		if k.Namespace == ns || k.Namespace == dlqNS {
+			res.ServerCommandsByName[k.Name] += n
+			res.ServerCommands += n
+		}
 	}
-
-	// The accounting runs even after Ctrl-C: it is what says nothing was
-	// lost.
-	if err := account(context.WithoutCancel(ctx), db, cfg, rows, out, res); err != nil {
-		return nil, err
+	for k, n := range ps.Faults {
+		res.Faults[string(k)] = n
 	}
-	res.ElapsedSeconds = round(time.Since(t0).Seconds(), 2)
-	res.WriteSeconds = round(res.WriteSeconds, 2)
-	return res, nil
 }
 
 func round(x float64, digits int) float64 {
