@@ -167,6 +167,32 @@ func printDemo(w io.Writer, r *demo.Result, cfg demo.Config, trace string) {
 	}
 	fmt.Fprintln(w)
 
+	printDispositions(w, r)
+	printAmplification(w, r)
+	printDLQSummary(w, r)
+	printAccounting(w, r)
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "  PROBLEM: %s\n", p)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "elapsed %.2fs", r.ElapsedSeconds)
+	if r.OK {
+		fmt.Fprint(w, "; check passed")
+	} else {
+		fmt.Fprint(w, "; CHECK FAILED")
+	}
+	fmt.Fprintln(w)
+	if r.DataDir != "" && cfg.DataDir != "" {
+		fmt.Fprintf(w, "next:    writeguard dlq stats --data-dir %s\n", cfg.DataDir)
+	}
+	if trace != "" {
+		fmt.Fprintf(w, "trace:   %s\n", trace)
+	}
+}
+
+// printDispositions prints one line per disposition, with the keyword
+// paths of the dead-lettered rows.
+func printDispositions(w io.Writer, r *demo.Result) {
 	line := func(name string, v int, note string) {
 		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-18s %8s  %8s  %s", name, n(v), pct(v, r.Input), note), " "))
 	}
@@ -190,6 +216,9 @@ func printDemo(w io.Writer, r *demo.Result, cfg demo.Config, trace string) {
 	}
 	line("total", r.Written+r.AlreadyWritten+r.DeadLettered+r.Conflicts+r.Failed+r.Exhausted+r.Unknown+r.NotAttempted+sum(r.Other), "")
 
+}
+
+func printAmplification(w io.Writer, r *demo.Result) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "AMPLIFICATION")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -204,13 +233,16 @@ func printDemo(w io.Writer, r *demo.Result, cfg demo.Config, trace string) {
 	}
 	tw.Flush()
 
+}
+
+func printDLQSummary(w io.Writer, r *demo.Result) {
 	s := r.DLQ.Summary
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "DEAD-LETTER QUEUE %s: %s envelopes (%s captures), %s pending\n", r.DLQ.Namespace, n(s.Envelopes), n(s.Attempts), n(s.Pending))
 	if s.Attempts > s.Envelopes {
 		fmt.Fprintf(w, "  (identical rejected rows share one envelope, counted as captures; the groups below count envelopes)\n")
 	}
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  by keyword\t%s\n", groups(s.ByKeyword))
 	fmt.Fprintf(tw, "  by path\t%s\n", groups(s.ByPath))
 	var codes []string
@@ -221,6 +253,9 @@ func printDemo(w io.Writer, r *demo.Result, cfg demo.Config, trace string) {
 	fmt.Fprintf(tw, "  setup\t%s\n", r.DLQ.Setup)
 	tw.Flush()
 
+}
+
+func printAccounting(w io.Writer, r *demo.Result) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "ACCOUNTING")
 	mark := func(ok bool) string {
@@ -230,30 +265,13 @@ func printDemo(w io.Writer, r *demo.Result, cfg demo.Config, trace string) {
 		return "FAILED"
 	}
 	sumAll := r.Written + r.AlreadyWritten + r.DeadLettered + r.Conflicts + r.Failed + r.Exhausted + r.Unknown + r.NotAttempted + sum(r.Other)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  rows in = sum of dispositions\t%s = %s\t%s\n", n(r.Input), n(sumAll), mark(sumAll == r.Input))
 	fmt.Fprintf(tw, "  target documents\t%s, %s distinct _ids, %s expected, %s missing\t%s\n",
 		n(r.Target.Documents), n(r.Target.DistinctIDs), n(r.Target.Expected), n(r.Target.Missing), mark(r.Target.Missing == 0))
 	fmt.Fprintf(tw, "  duplicates in target\t%s\t%s\n", n(r.Duplicates), mark(r.Duplicates == 0))
 	fmt.Fprintf(tw, "  lost\t%s\t%s\n", n(r.Lost), mark(r.Lost == 0))
 	tw.Flush()
-	for _, p := range r.Problems {
-		fmt.Fprintf(w, "  PROBLEM: %s\n", p)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "elapsed %.2fs", r.ElapsedSeconds)
-	if r.OK {
-		fmt.Fprint(w, "; check passed")
-	} else {
-		fmt.Fprint(w, "; CHECK FAILED")
-	}
-	fmt.Fprintln(w)
-	if r.DataDir != "" && cfg.DataDir != "" {
-		fmt.Fprintf(w, "next:    writeguard dlq stats --data-dir %s\n", cfg.DataDir)
-	}
-	if trace != "" {
-		fmt.Fprintf(w, "trace:   %s\n", trace)
-	}
 }
 
 func sum(m map[string]int) int {
