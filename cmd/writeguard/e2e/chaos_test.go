@@ -31,7 +31,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -247,22 +246,7 @@ func chaosRun(t *testing.T, seed int64, workers int) {
 	)
 
 	// The writes.
-	work := make(chan *chaosBatchRun)
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for br := range work {
-				chaosWrite(b.ctx, g, br)
-			}
-		}()
-	}
-	for _, br := range batches {
-		work <- br
-	}
-	close(work)
-	wg.Wait()
+	concurrently(workers, batches, func(br *chaosBatchRun) { chaosWrite(b.ctx, g, br) })
 	writeTime := time.Since(t0)
 
 	// The account.

@@ -170,22 +170,7 @@ func truthRun(t *testing.T, seed int64, workers int) {
 	}
 
 	t0 := time.Now()
-	work := make(chan *truthCall)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c := range work {
-				truthWrite(b.ctx, g, c)
-			}
-		}()
-	}
-	for _, c := range calls {
-		work <- c
-	}
-	close(work)
-	wg.Wait()
+	concurrently(workers, calls, func(c *truthCall) { truthWrite(b.ctx, g, c) })
 	elapsed := time.Since(t0)
 
 	v := truthCheck(b, coll, g.dlqColl, calls)
@@ -355,4 +340,25 @@ func truthCheck(b *caseBed, coll, dlqColl string, calls []*truthCall) *truthVerd
 		}
 	}
 	return v
+}
+
+// concurrently runs f on every item with the given number of workers and
+// returns when all are done.
+func concurrently[T any](workers int, items []T, f func(T)) {
+	work := make(chan T)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range work {
+				f(it)
+			}
+		}()
+	}
+	for _, it := range items {
+		work <- it
+	}
+	close(work)
+	wg.Wait()
 }
