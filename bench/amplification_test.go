@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -551,62 +550,7 @@ func TestAmplificationTable(t *testing.T) {
 // included), documents stored per op (counted on the server), faults
 // fired per op.
 func BenchmarkStepdown10000ReplicaSet(b *testing.B) {
-	const n = 10000
-	docs := orderLines(0, n)
-	for _, variant := range []string{"guarded", "raw-retrywrites"} {
-		b.Run(variant, func(b *testing.B) {
-			var cmds, stored, faults float64
-			iter := 0
-			for b.Loop() {
-				b.StopTimer()
-				iter++
-				name := fmt.Sprintf("stepdown_rs_%s_%d", strings.ReplaceAll(variant, "-", "_"), iter)
-				ns := benchDB + "." + name
-				if err := directClient(b).Database(benchDB).Collection(name).Drop(context.Background()); err != nil {
-					b.Fatal(err)
-				}
-				var start atomic.Pointer[time.Time]
-				rule := faultproxy.On("insert").In(ns).Always().Where(func(*faultproxy.Command) bool {
-					t := start.Load()
-					return t != nil && time.Since(*t) < 2*time.Second
-				}).Do(faultproxy.ErrorReply(stepdownError))
-				p, c := replicaSetProxy(b, rule)
-				coll := c.Database(benchDB).Collection(name)
-				var w writeguard.Collection = coll
-				if variant == "guarded" {
-					g, err := writeguard.Wrap(coll, writeguard.WithBackoff(policy.Backoff{MaxAttempts: 10, MaxElapsed: 30 * time.Second}))
-					if err != nil {
-						b.Fatal(err)
-					}
-					w = g
-				}
-				now := time.Now()
-				start.Store(&now)
-				b.StartTimer()
-				_, err := w.InsertMany(context.Background(), docs)
-				b.StopTimer()
-				if err != nil {
-					b.Logf("%s: InsertMany: %.300v", variant, err)
-				}
-				st := p.Stats()
-				cmds += float64(st.CountIn("insert", ns))
-				faults += float64(st.Faults[faultproxy.FaultErrorReply])
-				closeUpstream(p, c)
-				got, err := directClient(b).Database(benchDB).Collection(name).CountDocuments(context.Background(), bson.D{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				stored += float64(got)
-				if variant == "guarded" && got != n {
-					b.Errorf("guarded: %d of %d documents stored", got, n)
-				}
-				_ = directClient(b).Database(benchDB).Collection(name).Drop(context.Background())
-				b.StartTimer()
-			}
-			k := float64(iter)
-			b.ReportMetric(cmds/k, "insert-cmds/op")
-			b.ReportMetric(stored/k, "stored/op")
-			b.ReportMetric(faults/k, "faults/op")
-		})
-	}
+	stepdown10000(b, "stepdown_rs", func(b *testing.B, _ string, rule *faultproxy.Rule) (*faultproxy.Proxy, *mongo.Client) {
+		return replicaSetProxy(b, rule)
+	})
 }

@@ -193,6 +193,14 @@ func directClient(tb testing.TB) *mongo.Client {
 // Metrics: insert commands per op, documents stored per op (counted on the
 // server afterwards), and faults fired.
 func BenchmarkStepdown10000(b *testing.B) {
+	stepdown10000(b, "stepdown", func(b *testing.B, variant string, rule *faultproxy.Rule) (*faultproxy.Proxy, *mongo.Client) {
+		return upstreamProxy(b, variant == "raw-retrywrites", rule)
+	})
+}
+
+// stepdown10000 runs the stepdown benchmark body: prefix names the
+// collections, connect starts the proxy and the client of a variant.
+func stepdown10000(b *testing.B, prefix string, connect func(b *testing.B, variant string, rule *faultproxy.Rule) (*faultproxy.Proxy, *mongo.Client)) {
 	const n = 10000
 	docs := orderLines(0, n)
 	for _, variant := range []string{"guarded", "raw-retrywrites"} {
@@ -202,7 +210,7 @@ func BenchmarkStepdown10000(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				iter++
-				name := fmt.Sprintf("stepdown_%s_%d", strings.ReplaceAll(variant, "-", "_"), iter)
+				name := fmt.Sprintf("%s_%s_%d", prefix, strings.ReplaceAll(variant, "-", "_"), iter)
 				ns := benchDB + "." + name
 				if err := directClient(b).Database(benchDB).Collection(name).Drop(context.Background()); err != nil {
 					b.Fatal(err)
@@ -212,7 +220,7 @@ func BenchmarkStepdown10000(b *testing.B) {
 					t := start.Load()
 					return t != nil && time.Since(*t) < 2*time.Second
 				}).Do(faultproxy.ErrorReply(stepdownError))
-				p, c := upstreamProxy(b, variant == "raw-retrywrites", rule)
+				p, c := connect(b, variant, rule)
 				coll := c.Database(benchDB).Collection(name)
 				var w writeguard.Collection = coll
 				if variant == "guarded" {
