@@ -243,15 +243,12 @@ func GiveUp(f GiveUpFacts) Decision {
 
 // ReadBackFallback is the disposition of a possibly applied insert whose
 // read-back, when its retries stopped for reason why, found nothing or
-// failed: not_attempted when the server never executed the write's rest
-// (an ordered write's tail, a configuration failure); unknown when the
-// context ended (the write may still be in flight on the server); exhausted
-// otherwise. The Outcome keeps MaybeWritten.
+// failed: unknown when the context ended (the write may still be in flight
+// on the server), exhausted otherwise (it met transient failures and is
+// not stored as far as the read showed). Never not_attempted: it was sent.
+// The Outcome keeps MaybeWritten.
 func ReadBackFallback(why StopReason) Disposition {
-	switch why {
-	case StopOrdered, StopConfiguration:
-		return NotAttempted
-	case StopContext:
+	if why == StopContext {
 		return OutcomeUnknown
 	}
 	return Exhausted

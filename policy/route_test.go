@@ -256,3 +256,14 @@ func TestOrderedWindow(t *testing.T) {
 		}
 	}
 }
+
+// A possibly applied document that the read-back did not find was sent:
+// never not_attempted, and unknown only when the context ended.
+func TestReadBackFallback(t *testing.T) {
+	for _, why := range []policy.StopReason{policy.StopAttempts, policy.StopElapsed, policy.StopBudget, policy.StopContext, policy.StopOrdered, policy.StopConfiguration} {
+		d := policy.ReadBackFallback(why)
+		if d == policy.NotAttempted || (d == policy.OutcomeUnknown) != (why == policy.StopContext) {
+			t.Errorf("ReadBackFallback(%d) = %s", why, d)
+		}
+	}
+}
