@@ -155,11 +155,7 @@ func chaosRun(t *testing.T, seed int64, workers int) {
 	b := newCaseBed(t)
 	const coll = "chaos"
 	ns := b.ns(coll)
-	var seeds []any
-	for k := 0; k < chaosSeedDups; k++ {
-		seeds = append(seeds, cbD("_id", fmt.Sprintf("seed-%d", k), "seeded", true))
-	}
-	b.seed(coll, seeds...)
+	seedDocuments(b, coll, chaosSeedDups)
 	budget, err := policy.NewBudget(50, 0.1) // small: some retries are refused
 	if err != nil {
 		t.Fatal(err)
@@ -184,29 +180,7 @@ func chaosRun(t *testing.T, seed int64, workers int) {
 
 	// The inputs.
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
-	inputs := make([]chaosInput, chaosDocs)
-	for n := range inputs {
-		in := chaosInput{n: n}
-		switch x := rng.Float64(); {
-		case x < chaosInvalidP:
-			in.kind = chaosInvalid
-		case x < chaosInvalidP+chaosDupP:
-			in.kind = chaosDup
-		}
-		var d bson.D
-		switch {
-		case in.kind == chaosDup:
-			d = cbD("_id", fmt.Sprintf("seed-%d", rng.IntN(chaosSeedDups)))
-		case rng.Float64() < chaosExplicitP:
-			d = cbD("_id", fmt.Sprintf("doc-%d", n))
-		}
-		d = append(d, cbD("n", int32(n), "p", fmt.Sprintf("payload-%d-%x", n, rng.Uint32()))...)
-		if in.kind != chaosInvalid {
-			d = append(d, bson.E{Key: "qty", Value: int32(1 + rng.IntN(9))})
-		}
-		in.doc = d
-		inputs[n] = in
-	}
+	inputs := chaosInputs(rng, chaosDocs, chaosInvalidP, chaosDupP, chaosExplicitP, chaosSeedDups)
 	var batches []*chaosBatchRun
 	for i := 0; i < chaosDocs; i += chaosBatch {
 		br := &chaosBatchRun{op: chaosOp(rng.IntN(4)), inputs: inputs[i:min(i+chaosBatch, chaosDocs)]}
@@ -464,4 +438,46 @@ func chaosWrite(ctx context.Context, g *cbGuard, br *chaosBatchRun) {
 	for i, o := range r.Outcomes {
 		br.outcomes[i], br.maybe[i], br.errs[i] = o.Disposition, o.MaybeWritten, o.Err
 	}
+}
+
+// seedDocuments stores n documents {_id: "seed-<k>", seeded: true} in coll:
+// the _ids that duplicate inputs reuse.
+func seedDocuments(b *caseBed, coll string, n int) {
+	var docs []any
+	for k := 0; k < n; k++ {
+		docs = append(docs, cbD("_id", fmt.Sprintf("seed-%d", k), "seeded", true))
+	}
+	b.seed(coll, docs...)
+}
+
+// chaosInputs draws n input documents from rng: invalid ones (no qty: the
+// emulated validator rejects them) with probability invalidP, duplicates
+// of one of the seedDups seeded _ids with probability dupP, and of the
+// others a share explicitP with an _id of their own (the rest get one
+// from writeguard). Each carries its input number n and a payload p.
+func chaosInputs(rng *rand.Rand, n int, invalidP, dupP, explicitP float64, seedDups int) []chaosInput {
+	inputs := make([]chaosInput, n)
+	for i := range inputs {
+		in := chaosInput{n: i}
+		switch x := rng.Float64(); {
+		case x < invalidP:
+			in.kind = chaosInvalid
+		case x < invalidP+dupP:
+			in.kind = chaosDup
+		}
+		var d bson.D
+		switch {
+		case in.kind == chaosDup:
+			d = cbD("_id", fmt.Sprintf("seed-%d", rng.IntN(seedDups)))
+		case rng.Float64() < explicitP:
+			d = cbD("_id", fmt.Sprintf("doc-%d", i))
+		}
+		d = append(d, cbD("n", int32(i), "p", fmt.Sprintf("payload-%d-%x", i, rng.Uint32()))...)
+		if in.kind != chaosInvalid {
+			d = append(d, bson.E{Key: "qty", Value: int32(1 + rng.IntN(9))})
+		}
+		in.doc = d
+		inputs[i] = in
+	}
+	return inputs
 }

@@ -119,11 +119,7 @@ func truthRun(t *testing.T, seed int64, workers int) {
 	b := newCaseBed(t)
 	const coll = "truth"
 	ns := b.ns(coll)
-	var seeded []any
-	for k := 0; k < truthSeedDups; k++ {
-		seeded = append(seeded, cbD("_id", fmt.Sprintf("seed-%d", k), "seeded", true))
-	}
-	b.seed(coll, seeded...)
+	seedDocuments(b, coll, truthSeedDups)
 	var calls []*truthCall
 	var traceMu sync.Mutex
 	tracer := hooks.Hooks{
@@ -142,29 +138,7 @@ func truthRun(t *testing.T, seed int64, workers int) {
 	b.script(truthScript(ns, seed)...)
 
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x7247))
-	inputs := make([]chaosInput, truthDocs)
-	for n := range inputs {
-		in := chaosInput{n: n}
-		switch x := rng.Float64(); {
-		case x < 0.03:
-			in.kind = chaosInvalid
-		case x < 0.04:
-			in.kind = chaosDup
-		}
-		var d bson.D
-		switch {
-		case in.kind == chaosDup:
-			d = cbD("_id", fmt.Sprintf("seed-%d", rng.IntN(truthSeedDups)))
-		case rng.Float64() < 0.5:
-			d = cbD("_id", fmt.Sprintf("doc-%d", n))
-		}
-		d = append(d, cbD("n", int32(n), "p", fmt.Sprintf("payload-%d-%x", n, rng.Uint32()))...)
-		if in.kind != chaosInvalid {
-			d = append(d, bson.E{Key: "qty", Value: int32(1 + rng.IntN(9))})
-		}
-		in.doc = d
-		inputs[n] = in
-	}
+	inputs := chaosInputs(rng, truthDocs, 0.03, 0.01, 0.5, truthSeedDups)
 	for i := 0; i < truthDocs; i += truthBatch {
 		calls = append(calls, &truthCall{id: len(calls), ordered: rng.IntN(2) == 0, bulk: rng.IntN(3) == 0, inputs: inputs[i:min(i+truthBatch, truthDocs)]})
 	}
