@@ -117,15 +117,7 @@ func benchBudget(b *testing.B, writers int, p float64, bc budgetCase) {
 			wg.Go(func() {
 				for i := k; i < budgetCalls; i += writers {
 					_, err := g.InsertMany(ctx, docs)
-					if err == nil {
-						continue
-					}
-					var r *writeguard.Report
-					if !errors.As(err, &r) || r.Count(writeguard.Exhausted) != len(docs) {
-						firstErr.CompareAndSwap(nil, &err)
-						continue
-					}
-					nExhausted.Add(int64(len(docs)))
+					tallyCall(err, len(docs), &nExhausted, &firstErr)
 				}
 			})
 		}
@@ -231,15 +223,7 @@ func benchBudgetFailover(b *testing.B, writers int, bc budgetCase) {
 				for time.Since(t0) < failoverRun {
 					nCalls.Add(1)
 					_, err := g.InsertMany(ctx, docs)
-					if err == nil {
-						continue
-					}
-					var r *writeguard.Report
-					if !errors.As(err, &r) || r.Count(writeguard.Exhausted) != len(docs) {
-						firstErr.CompareAndSwap(nil, &err)
-						continue
-					}
-					nExhausted.Add(int64(len(docs)))
+					tallyCall(err, len(docs), &nExhausted, &firstErr)
 				}
 			})
 		}
@@ -267,4 +251,19 @@ func benchBudgetFailover(b *testing.B, writers int, bc budgetCase) {
 	b.ReportMetric(exhausted/k, "exhausted-docs/op")
 	b.ReportMetric(faulted/k, "faulted-cmds/op")
 	b.ReportMetric(left/k, "tokens-left")
+}
+
+// tallyCall records one call's result: nil, or a Report whose n documents
+// all ended exhausted (counted in exhausted); anything else is kept as the
+// first unexpected error.
+func tallyCall(err error, n int, exhausted *atomic.Int64, first *atomic.Pointer[error]) {
+	if err == nil {
+		return
+	}
+	var r *writeguard.Report
+	if !errors.As(err, &r) || r.Count(writeguard.Exhausted) != n {
+		first.CompareAndSwap(nil, &err)
+		return
+	}
+	exhausted.Add(int64(n))
 }
