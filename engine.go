@@ -144,8 +144,12 @@ func (c *call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 		t0 = g.cfg.clock.Now()
 	}
 	res, err := c.send(actx, batch)
+	var fails []policy.Failure
+	if err != nil && !errors.Is(err, errUnacked) {
+		fails = policy.Extract(err)
+	}
 	if g.observed {
-		c.attemptFinished(actx, len(batch), t0, err)
+		c.attemptFinished(actx, len(batch), t0, err, fails)
 	}
 	switch {
 	case err == nil:
@@ -162,18 +166,18 @@ func (c *call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 		}
 	default:
 		c.lastErr = err
-		c.route(ctx, batch, policy.Extract(err))
+		c.route(ctx, batch, fails)
 	}
 	return res, err
 }
 
 // attemptFinished reports the end of an attempt to the hooks.
-func (c *call) attemptFinished(actx context.Context, docs int, t0 time.Time, err error) {
+func (c *call) attemptFinished(actx context.Context, docs int, t0 time.Time, err error, fails []policy.Failure) {
 	g := c.g
 	end := &hooks.AttemptEnd{Op: c.op, Attempt: c.attempts, Documents: docs, Duration: g.cfg.clock.Now().Sub(t0), Err: err}
 	if errors.Is(err, errUnacked) {
 		end.Err = nil
-	} else if fails := policy.Extract(err); len(fails) > 0 {
+	} else if len(fails) > 0 {
 		end.Code, end.Class, end.Failures = fails[0].Code, g.classifier.Classify(fails[0]), len(fails)
 	}
 	g.hooks.AttemptFinished(actx, end)
