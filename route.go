@@ -147,15 +147,17 @@ func (c *call) scheduleRetry(ctx context.Context) time.Duration {
 	g := c.g
 	var retry, spent []*item
 	var serverDelay time.Duration
-	charged := false
+	charged, limit := false, 0
 	for _, it := range c.items {
 		if it.disp != "" || !it.retry {
 			continue
 		}
-		if it.tries >= policy.AttemptLimit(it.class, it.fail, g.cfg.backoff, g.cfg.throttledAttempts) {
+		itLimit := policy.AttemptLimit(it.class, it.fail, g.cfg.backoff, g.cfg.throttledAttempts)
+		if it.tries >= itLimit {
 			spent = append(spent, it)
 			continue
 		}
+		limit = max(limit, itLimit-it.tries+c.retries+1)
 		retry = append(retry, it)
 		serverDelay = max(serverDelay, it.fail.RetryAfter)
 		charged = charged || policy.Charged(it.fail)
@@ -168,18 +170,19 @@ func (c *call) scheduleRetry(ctx context.Context) time.Duration {
 	}
 	cause := retry[0]
 	delay := max(g.cfg.backoff.Delay(c.retries+1), serverDelay)
-	if limit := g.cfg.backoff.MaxElapsed; limit > 0 && g.cfg.clock.Now().Add(delay).Sub(c.start) > limit {
+	if maxElapsed := g.cfg.backoff.MaxElapsed; maxElapsed > 0 && g.cfg.clock.Now().Add(delay).Sub(c.start) > maxElapsed {
 		c.stopRetries(ctx, retry, policy.StopElapsed)
 		return 0
 	}
 	if charged && !g.cfg.budget.Allow() {
 		g.hooks.BudgetExhausted(ctx, &hooks.BudgetExhausted{Op: c.op, Documents: len(retry), Code: cause.fail.Code})
 		g.logBudget(ctx, c.op.Name, len(retry))
-		// The refused retry's backoff is still waited before the call
-		// returns: a caller that loops on exhausted documents would
-		// otherwise turn the refusal into a storm of first attempts.
+		// The backoffs of the refused retries are still waited before the
+		// call returns (policy.Backoff.RefusedWait): a caller that loops
+		// on exhausted documents would otherwise turn the refusal into a
+		// storm of first attempts.
 		c.flushDeadLetters(ctx)
-		_ = policy.Wait(ctx, g.cfg.clock, delay)
+		c.waitRefused(ctx, max(delay, g.cfg.backoff.RefusedWait(c.retries+1, limit)))
 		c.stopRetries(ctx, retry, policy.StopBudget)
 		return 0
 	}
@@ -197,6 +200,22 @@ func (c *call) scheduleRetry(ctx context.Context) time.Duration {
 		it.retry = false
 	}
 	return delay
+}
+
+// waitRefused waits d, cut to the call's MaxElapsed and to the context's
+// deadline (where policy.Wait would not wait at all).
+func (c *call) waitRefused(ctx context.Context, d time.Duration) {
+	b := c.g.cfg.backoff
+	now := c.g.cfg.clock.Now()
+	if b.MaxElapsed > 0 {
+		d = min(d, c.start.Add(b.MaxElapsed).Sub(now))
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, dl.Sub(now)-time.Millisecond)
+	}
+	if d > 0 {
+		_ = policy.Wait(ctx, c.g.cfg.clock, d)
+	}
 }
 
 // stopRetries gives up the documents marked for retry, then ends an ordered

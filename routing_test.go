@@ -271,7 +271,8 @@ func TestBudgetStopsRetries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fx := newFixture(t, fake, writeguard.WithBudget(budget), writeguard.WithBackoff(policy.Backoff{MaxAttempts: 10, Jitter: func() float64 { return 0.5 }}))
+		backoff := policy.Backoff{MaxAttempts: 10, MaxElapsed: -1, Jitter: func() float64 { return 0.5 }}
+		fx := newFixture(t, fake, writeguard.WithBudget(budget), writeguard.WithBackoff(backoff))
 		t0 := time.Now()
 		_, err = fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}})
 		if !errors.Is(err, writeguard.ErrExhausted) {
@@ -283,10 +284,13 @@ func TestBudgetStopsRetries(t *testing.T) {
 		if fx.rec.BudgetExhausted() != 1 {
 			t.Errorf("%d budget-exhausted events, want 1", fx.rec.BudgetExhausted())
 		}
-		// Waits of 50 and 100 ms before the two retries, and 200 ms for
-		// the refused third (full jitter at 0.5 of 100, 200, 400 ms).
-		if d := time.Since(t0); d != 350*time.Millisecond {
-			t.Errorf("the call took %v, want 350ms: the refused retry's backoff is waited", d)
+		// Waits of 50 and 100 ms before the two retries (full jitter at
+		// 0.5 of 100 and 200 ms), then the backoffs of the refused third
+		// retry and of every later one the 10 attempts allowed: the call
+		// takes as long as its retries would have.
+		want := 150*time.Millisecond + backoff.WithDefaults().RefusedWait(3, 10)
+		if d := time.Since(t0); d != want || want < 16*time.Second {
+			t.Errorf("the call took %v, want %v: the refused retries' backoffs are waited", d, want)
 		}
 		// The budget is shared: the next call gets no retry at all.
 		_, _ = fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 2}})

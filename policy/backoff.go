@@ -180,3 +180,20 @@ func Wait(ctx context.Context, clock Clock, d time.Duration) error {
 		return nil
 	}
 }
+
+// RefusedWait is how long a call whose retry number n (1 for the first
+// retry) the retry budget refused waits before it returns: the backoff of
+// that retry and of every later one its attempt limit would have allowed
+// (retries n … limit−1, each jittered as by Delay). A refusal then never
+// makes a caller faster than the retries it replaced: writers that loop on
+// exhausted documents send no more first attempts during an outage than
+// they would have sent retries without a budget. limit above MaxAttempts
+// counts as MaxAttempts.
+func (b Backoff) RefusedWait(n, limit int) time.Duration {
+	limit = min(limit, b.MaxAttempts)
+	var d time.Duration
+	for k := n; k < max(limit, n+1); k++ {
+		d += b.Delay(k)
+	}
+	return d
+}

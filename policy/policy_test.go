@@ -299,3 +299,22 @@ func TestBudget(t *testing.T) {
 		t.Errorf("%d concurrent retries allowed, want 50", n)
 	}
 }
+
+func TestRefusedWait(t *testing.T) {
+	b := policy.Backoff{Jitter: func() float64 { return 0.5 }}.WithDefaults() // 5 attempts
+	// Retries 1..4 would have waited 50, 100, 200 and 400 ms.
+	if got := b.RefusedWait(1, 5); got != 750*time.Millisecond {
+		t.Errorf("RefusedWait(1, 5) = %v, want 750ms", got)
+	}
+	if got := b.RefusedWait(3, 5); got != 600*time.Millisecond {
+		t.Errorf("RefusedWait(3, 5) = %v, want 600ms", got)
+	}
+	// A limit above MaxAttempts (a throttled failure) counts as MaxAttempts;
+	// a refused last retry still waits its own backoff.
+	if got := b.RefusedWait(1, 1<<30); got != 750*time.Millisecond {
+		t.Errorf("RefusedWait(1, huge) = %v, want 750ms", got)
+	}
+	if got := b.RefusedWait(4, 4); got != 400*time.Millisecond {
+		t.Errorf("RefusedWait(4, 4) = %v, want 400ms", got)
+	}
+}
