@@ -14,10 +14,11 @@ import (
 // MaxTokens; each retry spends one token; each successful attempt refunds
 // Ratio tokens, up to MaxTokens; retries are refused while the bucket holds
 // no more than half of MaxTokens. A retry refused by the budget leaves the
-// document with the disposition "exhausted"; writeguard still waits that
-// retry's backoff before the call returns, so that a caller who loops on
-// exhausted documents does not turn the refusal into a storm of first
-// attempts (measured in bench/README.md, "retry budget").
+// document with the disposition "exhausted"; writeguard still waits the
+// backoffs the refused retries would have waited (Backoff.RefusedWait)
+// before the call returns, so that a caller who loops on exhausted
+// documents does not turn the refusal into a storm of first attempts
+// (measured in bench/README.md, "retry budget").
 //
 // A nil *Budget allows every retry (the budget is disabled). Methods are
 // safe for concurrent use.
