@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
@@ -85,13 +86,7 @@ func benchBudget(b *testing.B, writers int, p float64, bc budgetCase) {
 	const ns = benchDB + ".budget"
 	rule := faultproxy.On("insert").In(ns).Always().Do(faultproxy.RandomSchedule(1,
 		faultproxy.Rate{P: p, Fault: faultproxy.ErrorReply(budgetFault)}))
-	px := newProxy(b, faultproxy.WithScript(faultproxy.MustScript(rule)))
-	client := connect(b, options.Client().ApplyURI(px.URI()).SetMaxPoolSize(uint64(writers)))
-	b.Cleanup(func() {
-		_ = client.Disconnect(context.Background())
-		_ = px.Close()
-	})
-	coll := client.Database(benchDB).Collection("budget")
+	px, coll := budgetTarget(b, rule, writers, "budget")
 
 	var retries, refused, exhausted, faulted, cmds, left float64
 	iter := 0
@@ -188,13 +183,7 @@ func benchBudgetFailover(b *testing.B, writers int, bc budgetCase) {
 		since := time.Since(*t)
 		return since >= failoverStart && since < failoverStart+failoverLength
 	}).Do(faultproxy.ErrorReply(budgetFault))
-	px := newProxy(b, faultproxy.WithScript(faultproxy.MustScript(rule)))
-	client := connect(b, options.Client().ApplyURI(px.URI()).SetMaxPoolSize(uint64(writers)))
-	b.Cleanup(func() {
-		_ = client.Disconnect(context.Background())
-		_ = px.Close()
-	})
-	coll := client.Database(benchDB).Collection("failover")
+	px, coll := budgetTarget(b, rule, writers, "failover")
 
 	var calls, retries, refused, exhausted, faulted, left float64
 	iter := 0
@@ -266,4 +255,16 @@ func tallyCall(err error, n int, exhausted *atomic.Int64, first *atomic.Pointer[
 		return
 	}
 	exhausted.Add(int64(n))
+}
+
+// budgetTarget starts a null-backend proxy running rule and returns it
+// with collection name on a client whose pool fits writers.
+func budgetTarget(b *testing.B, rule *faultproxy.Rule, writers int, name string) (*faultproxy.Proxy, *mongo.Collection) {
+	px := newProxy(b, faultproxy.WithScript(faultproxy.MustScript(rule)))
+	client := connect(b, options.Client().ApplyURI(px.URI()).SetMaxPoolSize(uint64(writers)))
+	b.Cleanup(func() {
+		_ = client.Disconnect(context.Background())
+		_ = px.Close()
+	})
+	return px, client.Database(benchDB).Collection(name)
 }
