@@ -252,7 +252,6 @@ func TestOptionsValidated(t *testing.T) {
 		"throttled":       writeguard.WithThrottledAttempts(0),
 		"fallback alone":  writeguard.WithFallbackDeadLetter(&mocks.Sink{}),
 		"nil option":      nil,
-		"nil logger":      writeguard.WithLogger(nil),
 		"negative upsert": writeguard.WithUpsertConflictRetries(-1),
 	}
 	for name, o := range bad {
@@ -286,7 +285,7 @@ func TestOptionsValidated(t *testing.T) {
 func TestPrepareFailures(t *testing.T) {
 	fake := mocks.NewFake("db.prep")
 	fx := newFixture(t, fake)
-	big := bson.D{{Key: "_id", Value: "big"}, {Key: "blob", Value: strings.Repeat("x", writeguard.MaxDocumentSize)}}
+	big := bson.D{{Key: "_id", Value: "big"}, {Key: "blob", Value: strings.Repeat("x", policy.MaxBSONSize)}}
 	_, err := fx.g.InsertMany(ctx, []any{bson.D{{Key: "_id", Value: 1}}, make(chan int), big, bson.D{{Key: "_id", Value: 2}}},
 		options.InsertMany().SetOrdered(false))
 	var r *writeguard.Report

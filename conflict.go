@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/writeguard/writeguard/internal/engine"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -160,57 +161,20 @@ func replaceArgs(c *Conflict) (filter, replacement bson.Raw, err error) {
 	return c.KeyValue, rep, err
 }
 
-// validResolution reports whether d is a disposition a ConflictHandler may
-// return.
-func validResolution(d policy.Disposition) bool {
-	return d.IsConflict() && d != "conflict_"
+// resolver adapts h to the engine: each duplicate key becomes a *Conflict
+// naming its index (policy.DuplicateKeyIndex) and g's target.
+func (g *Guarded) resolver(h ConflictHandler) engine.Resolver {
+	return func(ctx context.Context, op string, index int, doc bson.Raw, model mongo.WriteModel, f policy.Failure) (policy.Disposition, error) {
+		cf := &Conflict{Operation: op, Index: index, Document: doc, Model: model, Failure: f, Target: g.target,
+			KeyPattern: f.KeyPattern, KeyValue: f.KeyValue}
+		cf.IndexName, cf.IndexFields, cf.IndexKnown = policy.DuplicateKeyIndex(f)
+		return h.Resolve(ctx, cf)
+	}
 }
 
-// conflictIdentifiable checks, before any handler runs, that the duplicate
-// key identifies one stored document: a key value with a null or missing
-// component identifies nobody (policy.KeyIdentifies), so the document ends
-// "conflict" with that reason and no handler acts on it.
-func (c *call) conflictIdentifiable(it *item) bool {
-	if len(it.fail.KeyValue) == 0 {
-		return true
-	}
-	ok, field := policy.KeyIdentifies(it.fail.KeyPattern, it.fail.KeyValue)
-	if ok {
-		return true
-	}
-	it.err = fmt.Errorf("writeguard: duplicate key with null or missing field %q identifies no single document (use a sparse or partial unique index); no conflict handler was run", field)
-	c.settle(it, Conflicted)
-	return false
-}
-
-func (c *call) handleConflict(ctx context.Context, it *item) {
-	cf := &Conflict{Operation: c.op.Name, Index: it.index, Document: it.doc, Failure: *it.fail, Target: c.g.target}
-	cf.Model = it.model
-	cf.KeyPattern, cf.KeyValue = it.fail.KeyPattern, it.fail.KeyValue
-	cf.IndexName, cf.IndexFields, cf.IndexKnown = policy.DuplicateKeyIndex(*it.fail)
-	var d Disposition
-	err := recovered("conflict handler", func() (err error) {
-		d, err = c.g.cfg.conflict.Resolve(ctx, cf)
-		return err
-	})
-	if err == nil && !validResolution(d) {
-		err = fmt.Errorf("writeguard: conflict handler returned disposition %q; want %q or \"conflict_<verb>\"", d, Conflicted)
-	}
-	if err != nil {
-		it.err = err
-		d = Conflicted
-	}
-	c.settle(it, d)
-}
-
-// recovered runs user code (a conflict handler, a sink) and turns a panic
-// into an error naming what panicked, so that one bad callback cannot take
-// the other documents' outcomes with it.
-func recovered(what string, f func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("writeguard: %s panicked: %v", what, r)
-		}
-	}()
-	return f()
-}
+// PanicError is the error kept in an Outcome (Outcome.Err) when a conflict
+// handler or a dead-letter sink panicked: the engine recovered the panic,
+// and the other documents' outcomes are untouched. Its Error names what
+// panicked and the value; Stack returns the stack of the goroutine that
+// panicked (runtime/debug.Stack). Reach it with errors.As.
+type PanicError = engine.PanicError

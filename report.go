@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/writeguard/writeguard/hooks"
+	"github.com/writeguard/writeguard/internal/engine"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -45,7 +46,7 @@ var (
 	ErrNotAttempted     = errors.New("writeguard: documents were not attempted")
 	ErrOutcomeUnknown   = errors.New("writeguard: outcome unknown; the write may have been applied")
 	ErrUnconfirmed      = errors.New("writeguard: written, but the write concern was not satisfied")
-	ErrUnacknowledged   = errors.New("writeguard: unacknowledged write concern (w: 0): nothing can be verified")
+	ErrUnacknowledged   = engine.ErrUnacknowledged
 	// ErrConfiguration matches a Report whose call was stopped by a
 	// Configuration failure (20, 79, 100): fix the setting it names.
 	ErrConfiguration = errors.New("writeguard: deployment or client configuration error")
@@ -136,6 +137,17 @@ type Report struct {
 	Hint string
 
 	extra []error
+}
+
+// newReport lifts the engine's per-document results into a *Report.
+func newReport(res *engine.Result) error {
+	r := &Report{Operation: res.Operation, Namespace: res.Namespace, Attempts: res.Attempts, Err: res.LastErr, Hint: res.Hint, extra: res.Extra}
+	r.Outcomes = make([]Outcome, len(res.Outcomes))
+	for i, o := range res.Outcomes {
+		r.Outcomes[i] = Outcome{Index: o.Index, ID: o.ID, Disposition: o.Disposition, Class: o.Class, Failure: o.Failure,
+			Attempts: o.Attempts, MaybeWritten: o.MaybeWritten, Document: o.Document, Model: o.Model, Err: o.Err}
+	}
+	return r
 }
 
 // Count returns the number of inputs with disposition d.
@@ -263,9 +275,9 @@ func clientErrorKind(err error) string {
 		return "marshal error"
 	case errors.Is(err, mongo.ErrNilDocument):
 		return "nil document"
-	case errors.Is(err, errTooLarge):
+	case errors.Is(err, engine.ErrTooLarge):
 		return "document over 16 MiB"
-	case errors.Is(err, errInvalidBSON):
+	case errors.Is(err, engine.ErrInvalidBSON):
 		return "invalid BSON"
 	case errors.Is(err, mongo.ErrClientDisconnected):
 		return "client disconnected"

@@ -1,8 +1,7 @@
-package writeguard
+package engine
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/writeguard/writeguard/hooks"
@@ -22,7 +21,7 @@ type verdict struct {
 // document; a write error covers its document; in an ordered write the
 // documents after the first write error were not executed; a write concern
 // error covers the documents applied.
-func (c *call) verdicts(batch []*item, fails []policy.Failure) []verdict {
+func (c *Call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 	perDoc := map[int]*policy.Failure{}
 	var wce, whole *policy.Failure
 	for i := range fails {
@@ -69,7 +68,7 @@ func (c *call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 }
 
 // route applies what a failed attempt proved to every document of batch.
-func (c *call) route(ctx context.Context, batch []*item, fails []policy.Failure) {
+func (c *Call) route(ctx context.Context, batch []*item, fails []policy.Failure) {
 	var td todo
 	wrote := false
 	for i, v := range c.verdicts(batch, fails) {
@@ -77,13 +76,13 @@ func (c *call) route(ctx context.Context, batch []*item, fails []policy.Failure)
 		if !v.sent {
 			it.attempts-- // it did not reach the server this time
 		}
-		if v.tail || !policy.Charged(v.fail) {
-			it.tries-- // not a try: see policy.Charged
+		if v.tail || !Charged(v.fail) {
+			it.tries-- // not a try: see Charged
 		}
 		switch {
 		case v.fail == nil && v.proof == policy.Applied:
 			wrote = true
-			c.settle(it, Written)
+			c.settle(it, policy.Written)
 		case v.fail == nil:
 			// an ordered write's tail: pending, sent again next attempt
 		default:
@@ -91,39 +90,39 @@ func (c *call) route(ctx context.Context, batch []*item, fails []policy.Failure)
 		}
 	}
 	if wrote {
-		c.g.cfg.budget.Success()
+		c.e.cfg.Budget.Success()
 	}
 	c.carryOut(ctx, &td, "", c.maybeInserts(batch))
 	if c.hint != "" {
-		c.giveUp(ctx, c.pending(), policy.StopConfiguration)
+		c.giveUp(ctx, c.pending(), StopConfiguration)
 		return
 	}
 	c.stopOrdered(ctx)
 }
 
 // decide records v's failure on it and asks policy.Route.
-func (c *call) decide(ctx context.Context, it *item, v verdict) policy.Decision {
+func (c *Call) decide(ctx context.Context, it *item, v verdict) Decision {
 	cp := *v.fail
 	cp.Index = it.index
 	it.fail = &cp
-	it.class = c.g.classifier.Classify(*v.fail)
+	it.class = c.e.cfg.Classifier.Classify(*v.fail)
 	switch v.proof {
 	case policy.MaybeApplied:
-		it.maybe = true
+		it.ev = max(it.ev, maybe)
 	case policy.AppliedUnconfirmed:
-		it.maybe, it.unconf = true, true
+		it.ev = unconfirmed
 	}
 	switch it.class {
 	case policy.Configuration:
 		c.hint = hintFor(v.fail)
 	case policy.Unknown:
-		c.g.logUnknown(ctx, v.fail, c.op.Name)
+		c.e.logUnknown(ctx, v.fail, c.op.Name)
 	}
-	return policy.Route(policy.Facts{
+	return Route(Facts{
 		Class: it.class, WholeCommand: v.fail.Index == policy.WholeCommand, Proof: v.proof,
 		Kind: it.kind, Upsert: it.upsert, Idempotent: c.idempotent,
-		EverMaybe: it.maybe, Unconfirmed: it.unconf,
-		UpsertRuns: it.upsertRuns, MaxUpsertRuns: c.g.cfg.upsertRetries,
+		EverMaybe: it.mayBeApplied(), Unconfirmed: it.ev == unconfirmed,
+		UpsertRuns: it.upsertRuns, MaxUpsertRuns: c.e.cfg.UpsertRetries,
 	})
 }
 
@@ -131,10 +130,10 @@ func (c *call) decide(ctx context.Context, it *item, v verdict) policy.Decision 
 // have applied: a read-back made for other documents reads them too (an
 // ordered write stops at the first duplicate, so without this each one
 // would cost an attempt).
-func (c *call) maybeInserts(batch []*item) []*item {
+func (c *Call) maybeInserts(batch []*item) []*item {
 	var out []*item
 	for _, it := range batch {
-		if it.disp == "" && it.maybe && it.kind == policy.KindInsert {
+		if it.state != done && it.mayBeApplied() && it.kind == KindInsert {
 			out = append(out, it)
 		}
 	}
@@ -143,16 +142,16 @@ func (c *call) maybeInserts(batch []*item) []*item {
 
 // scheduleRetry decides, after an attempt, whether the items marked for
 // retry go again, and waits the backoff. It returns the delay waited.
-func (c *call) scheduleRetry(ctx context.Context) time.Duration {
-	g := c.g
+func (c *Call) scheduleRetry(ctx context.Context) time.Duration {
+	e := c.e
 	var retry, spent []*item
 	var serverDelay time.Duration
 	charged, limit := false, 0
 	for _, it := range c.items {
-		if it.disp != "" || !it.retry {
+		if it.state != retrying {
 			continue
 		}
-		itLimit := policy.AttemptLimit(it.class, it.fail, g.cfg.backoff, g.cfg.throttledAttempts)
+		itLimit := AttemptLimit(it.class, it.fail, e.cfg.Backoff, e.cfg.ThrottledAttempts)
 		if it.tries >= itLimit {
 			spent = append(spent, it)
 			continue
@@ -160,53 +159,53 @@ func (c *call) scheduleRetry(ctx context.Context) time.Duration {
 		limit = max(limit, itLimit-it.tries+c.retries+1)
 		retry = append(retry, it)
 		serverDelay = max(serverDelay, it.fail.RetryAfter)
-		charged = charged || policy.Charged(it.fail)
+		charged = charged || Charged(it.fail)
 	}
-	c.giveUp(ctx, spent, policy.StopAttempts)
+	c.giveUp(ctx, spent, StopAttempts)
 	c.stopOrdered(ctx)
 	retry = stillPending(retry)
 	if len(retry) == 0 {
 		return 0
 	}
 	cause := retry[0]
-	delay := max(g.cfg.backoff.Delay(c.retries+1), serverDelay)
-	if maxElapsed := g.cfg.backoff.MaxElapsed; maxElapsed > 0 && g.cfg.clock.Now().Add(delay).Sub(c.start) > maxElapsed {
-		c.stopRetries(ctx, retry, policy.StopElapsed)
+	delay := max(e.cfg.Backoff.Delay(c.retries+1), serverDelay)
+	if maxElapsed := e.cfg.Backoff.MaxElapsed; maxElapsed > 0 && e.cfg.Clock.Now().Add(delay).Sub(c.start) > maxElapsed {
+		c.stopRetries(ctx, retry, StopElapsed)
 		return 0
 	}
-	if charged && !g.cfg.budget.Allow() {
-		g.hooks.BudgetExhausted(ctx, &hooks.BudgetExhausted{Op: c.op, Documents: len(retry), Code: cause.fail.Code})
-		g.logBudget(ctx, c.op.Name, len(retry))
+	if charged && !e.cfg.Budget.Allow() {
+		e.hooks.BudgetExhausted(ctx, &hooks.BudgetExhausted{Op: c.op, Documents: len(retry), Code: cause.fail.Code})
+		e.logBudget(ctx, c.op.Name, len(retry))
 		// The backoffs of the refused retries are still waited before the
 		// call returns (policy.Backoff.RefusedWait): a caller that loops
 		// on exhausted documents would otherwise turn the refusal into a
 		// storm of first attempts.
 		c.flushDeadLetters(ctx)
-		c.waitRefused(ctx, max(delay, g.cfg.backoff.RefusedWait(c.retries+1, limit)))
-		c.stopRetries(ctx, retry, policy.StopBudget)
+		c.waitRefused(ctx, max(delay, e.cfg.Backoff.RefusedWait(c.retries+1, limit)))
+		c.stopRetries(ctx, retry, StopBudget)
 		return 0
 	}
 	// Hand the gathered invalid documents to the sink before waiting:
 	// the context may end during the wait.
 	c.flushDeadLetters(ctx)
-	g.hooks.RetryScheduled(ctx, &hooks.Retry{Op: c.op, Attempt: c.attempts + 1, Delay: delay, Documents: len(retry), Code: cause.fail.Code, Class: cause.class})
-	if err := policy.Wait(ctx, g.cfg.clock, delay); err != nil {
+	e.hooks.RetryScheduled(ctx, &hooks.Retry{Op: c.op, Attempt: c.attempts + 1, Delay: delay, Documents: len(retry), Code: cause.fail.Code, Class: cause.class})
+	if err := Wait(ctx, e.cfg.Clock, delay); err != nil {
 		c.extra = append(c.extra, err)
-		c.stopRetries(ctx, retry, policy.StopContext)
+		c.stopRetries(ctx, retry, StopContext)
 		return 0
 	}
 	c.retries++
 	for _, it := range retry {
-		it.retry = false
+		it.to(pending)
 	}
 	return delay
 }
 
 // waitRefused waits d, cut to the call's MaxElapsed and to the context's
 // deadline (where policy.Wait would not wait at all).
-func (c *call) waitRefused(ctx context.Context, d time.Duration) {
-	b := c.g.cfg.backoff
-	now := c.g.cfg.clock.Now()
+func (c *Call) waitRefused(ctx context.Context, d time.Duration) {
+	b := c.e.cfg.Backoff
+	now := c.e.cfg.Clock.Now()
 	if b.MaxElapsed > 0 {
 		d = min(d, c.start.Add(b.MaxElapsed).Sub(now))
 	}
@@ -214,13 +213,13 @@ func (c *call) waitRefused(ctx context.Context, d time.Duration) {
 		d = min(d, dl.Sub(now)-time.Millisecond)
 	}
 	if d > 0 {
-		_ = policy.Wait(ctx, c.g.cfg.clock, d)
+		_ = Wait(ctx, c.e.cfg.Clock, d)
 	}
 }
 
 // stopRetries gives up the documents marked for retry, then ends an ordered
 // write after them.
-func (c *call) stopRetries(ctx context.Context, retry []*item, why policy.StopReason) {
+func (c *Call) stopRetries(ctx context.Context, retry []*item, why StopReason) {
 	c.giveUp(ctx, retry, why)
 	c.stopOrdered(ctx)
 }
@@ -228,78 +227,9 @@ func (c *call) stopRetries(ctx context.Context, retry []*item, why policy.StopRe
 func stillPending(its []*item) []*item {
 	out := its[:0]
 	for _, it := range its {
-		if it.disp == "" {
+		if it.state != done {
 			out = append(out, it)
 		}
 	}
 	return out
-}
-
-// finish builds the call's error (nil when every input ended written or
-// already_written, or unacknowledged when allowed) and reports the end of
-// the call to the hooks.
-func (c *call) finish(ctx context.Context) error {
-	g := c.g
-	ok := true
-	for _, it := range c.items {
-		if it.disp != Written && it.disp != AlreadyWritten && !(it.disp == Unacknowledged && g.cfg.allowUnacked) {
-			ok = false
-			break
-		}
-	}
-	var r *Report
-	var err error
-	if !ok {
-		r = &Report{Operation: c.op.Name, Namespace: g.Namespace(), Attempts: c.attempts, Err: c.lastErr, Hint: c.hint, extra: c.extra}
-		r.Outcomes = make([]Outcome, len(c.items))
-		for i, it := range c.items {
-			r.Outcomes[i] = c.outcome(it)
-		}
-		err = r
-	}
-	if g.observed {
-		c.operationFinished(ctx, err)
-	}
-	return err
-}
-
-// operationFinished reports the end of the call to the hooks.
-func (c *call) operationFinished(ctx context.Context, err error) {
-	g := c.g
-	counts := map[Disposition]int{}
-	end := &hooks.OperationEnd{Op: c.op, Attempts: c.attempts, Retries: c.retries, Counts: counts, Duration: g.cfg.clock.Now().Sub(c.start), Err: err}
-	for _, it := range c.items {
-		counts[it.disp]++
-		if err != nil && !it.disp.Handled() && end.Code == 0 && it.fail != nil {
-			end.Code, end.CodeName, end.Class = it.fail.Code, it.fail.CodeName, it.class
-		}
-	}
-	g.hooks.OperationFinished(ctx, end)
-}
-
-func (c *call) outcome(it *item) Outcome {
-	o := Outcome{Index: it.index, ID: it.idValue(), Disposition: it.disp, Failure: it.fail, Attempts: it.attempts,
-		MaybeWritten: it.maybe && !it.disp.Stored(), Document: it.doc, Model: it.model, Err: it.err}
-	if it.kind != policy.KindInsert {
-		o.ID = nil
-	}
-	if it.fail != nil {
-		o.Class = it.class
-	}
-	return o
-}
-
-// hintFor names the setting to fix after a Configuration failure.
-func hintFor(f *policy.Failure) string {
-	switch {
-	case policy.RetryableWritesUnsupported(f.Code, f.Message):
-		return "hint: the server does not support retryable writes (Azure Cosmos DB for MongoDB, Amazon DocumentDB): add retryWrites=false to the connection string"
-	case f.Code == 20:
-		return "hint: the deployment does not support retryable writes (a standalone server?): add retryWrites=false to the connection string"
-	case f.Code == 79:
-		return "hint: the write concern names a mode the replica set does not have: check the w setting"
-	case f.Code == 100:
-		return "hint: the write concern cannot be satisfied by this deployment (not enough data-bearing nodes): lower w"
-	}
-	return fmt.Sprintf("hint: configuration error %d %s", f.Code, f.CodeName)
 }
