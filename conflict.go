@@ -102,7 +102,7 @@ func ConflictReplace() ConflictHandler {
 		if c.Target == nil {
 			return policy.Conflicted, errors.New("writeguard: ConflictReplace: no target collection")
 		}
-		filter, replacement, err := replaceArgs(c)
+		filter, replacement, err := engine.ReplaceArgs(c.Document, c.Failure, c.KeyPattern, c.KeyValue, c.IndexKnown, c.IndexName)
 		if err != nil {
 			return policy.Conflicted, err
 		}
@@ -120,45 +120,6 @@ func ConflictReplace() ConflictHandler {
 func isInsertModel(m mongo.WriteModel) bool {
 	_, ok := m.(*mongo.InsertOneModel)
 	return ok
-}
-
-func replaceArgs(c *Conflict) (filter, replacement bson.Raw, err error) {
-	id, err := c.Document.LookupErr("_id")
-	if err != nil {
-		return nil, nil, errors.New("writeguard: ConflictReplace: document has no _id")
-	}
-	onID := policy.OnIDIndex(c.Failure)
-	if !onID && len(c.KeyValue) > 0 {
-		if elems, err := c.KeyValue.Elements(); err == nil && len(elems) == 1 && elems[0].Key() == "_id" {
-			onID = true
-		}
-	}
-	if onID {
-		f, err := bson.Marshal(bson.D{{Key: "_id", Value: id}})
-		return f, c.Document, err
-	}
-	if ok, field := policy.KeyIdentifies(c.KeyPattern, c.KeyValue); !ok {
-		switch {
-		case !c.IndexKnown:
-			return nil, nil, errors.New("writeguard: ConflictReplace: the server named neither the index nor the key (no keyPattern, no index in errmsg); nothing replaced")
-		case field == "":
-			return nil, nil, fmt.Errorf("writeguard: ConflictReplace: the server sent no keyValue for index %q; nothing replaced", c.IndexName)
-		default:
-			return nil, nil, fmt.Errorf("writeguard: ConflictReplace: key field %q is null or missing; it identifies no single document; nothing replaced", field)
-		}
-	}
-	elems, err := c.Document.Elements()
-	if err != nil {
-		return nil, nil, err
-	}
-	var d bson.D
-	for _, e := range elems {
-		if e.Key() != "_id" {
-			d = append(d, bson.E{Key: e.Key(), Value: e.Value()})
-		}
-	}
-	rep, err := bson.Marshal(d)
-	return c.KeyValue, rep, err
 }
 
 // resolver adapts h to the engine: each duplicate key becomes a *Conflict

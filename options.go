@@ -9,6 +9,7 @@ import (
 
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
+	"github.com/writeguard/writeguard/internal/engine"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -33,7 +34,7 @@ type config struct {
 	conflict          ConflictHandler
 	hooks             []hooks.Hooks
 	logger            *slog.Logger
-	clock             policy.Clock // nil: the wall clock
+	clock             engine.Clock // nil: the wall clock
 	throttledAttempts int
 	upsertRetries     int
 	allowUnacked      bool

@@ -139,13 +139,13 @@ type Report struct {
 	extra []error
 }
 
-// newReport lifts the engine's per-document results into a *Report.
-func newReport(res *engine.Result) error {
-	r := &Report{Operation: res.Operation, Namespace: res.Namespace, Attempts: res.Attempts, Err: res.LastErr, Hint: res.Hint, extra: res.Extra}
-	r.Outcomes = make([]Outcome, len(res.Outcomes))
-	for i, o := range res.Outcomes {
-		r.Outcomes[i] = Outcome{Index: o.Index, ID: o.ID, Disposition: o.Disposition, Class: o.Class, Failure: o.Failure,
-			Attempts: o.Attempts, MaybeWritten: o.MaybeWritten, Document: o.Document, Model: o.Model, Err: o.Err}
+// newReport lifts what a finished call proved into a *Report.
+func newReport(c *engine.Call) error {
+	r := &Report{Operation: c.Operation(), Namespace: c.Namespace(), Attempts: c.Attempts(), Err: c.LastErr(), Hint: c.Hint(), extra: c.Extra()}
+	r.Outcomes = make([]Outcome, c.Len())
+	for i := range r.Outcomes {
+		r.Outcomes[i] = Outcome{Index: i, ID: c.ID(i), Disposition: c.Disposition(i), Class: c.Class(i), Failure: c.Failure(i),
+			Attempts: c.Sent(i), MaybeWritten: c.MaybeWritten(i), Document: c.Document(i), Model: c.Model(i), Err: c.Err(i)}
 	}
 	return r
 }
@@ -216,7 +216,7 @@ func (r *Report) Error() string {
 		fmt.Fprintf(&b, "; %s", r.Hint)
 	}
 	if fs := policy.Extract(r.Err); len(fs) > 0 {
-		fmt.Fprintf(&b, "; last error: %s", failureKind(&fs[0]))
+		fmt.Fprintf(&b, "; last error: %s", engine.FailureKind(&fs[0]))
 	}
 	out := b.String()
 	if len(out) > maxErrorLen {
@@ -235,7 +235,7 @@ func (r *Report) failureKinds() []string {
 		if o.Failure == nil || o.Disposition.Stored() {
 			continue
 		}
-		k := failureKind(o.Failure) + " (" + o.Class.String() + ")"
+		k := engine.FailureKind(o.Failure) + " (" + o.Class.String() + ")"
 		if n[k] == 0 {
 			order = append(order, k)
 		}
@@ -250,39 +250,6 @@ func (r *Report) failureKinds() []string {
 		out = append(out, fmt.Sprintf("%s x%d", k, n[k]))
 	}
 	return out
-}
-
-// failureKind names a failure by code, code name and shape, never by its
-// message: "11000 DuplicateKey", "network_in_flight", "client: marshal
-// error".
-func failureKind(f *policy.Failure) string {
-	switch {
-	case f.Origin == policy.OriginClient && f.Code == 0:
-		return "client: " + clientErrorKind(f.Err)
-	case f.Code == 0:
-		return f.Shape.String()
-	case f.CodeName == "":
-		return fmt.Sprintf("%d %s", f.Code, f.Shape)
-	}
-	return fmt.Sprintf("%d %s", f.Code, f.CodeName)
-}
-
-// clientErrorKind names a client-side error without quoting it.
-func clientErrorKind(err error) string {
-	var me mongo.MarshalError
-	switch {
-	case errors.As(err, &me):
-		return "marshal error"
-	case errors.Is(err, mongo.ErrNilDocument):
-		return "nil document"
-	case errors.Is(err, engine.ErrTooLarge):
-		return "document over 16 MiB"
-	case errors.Is(err, engine.ErrInvalidBSON):
-		return "invalid BSON"
-	case errors.Is(err, mongo.ErrClientDisconnected):
-		return "client disconnected"
-	}
-	return "error"
 }
 
 // ErrorType returns a bounded, low-cardinality description of why the call

@@ -44,7 +44,7 @@ func guard[T any](g *Guarded, ctx context.Context, m method[T]) (*T, error) {
 	if ctx == nil {
 		ctx = context.Background() // as the driver does
 	}
-	if inTransaction(ctx) {
+	if engine.TransactionRunning(ctx) {
 		var res *T
 		err := g.eng.InTransaction(ctx, m.name, m.txInputs, func(ctx context.Context) (err error) {
 			res, err = m.tx(ctx)
@@ -131,7 +131,7 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 			case dv.Len() == 0:
 				return 0, false, fmt.Errorf("invalid documents: %w", mongo.ErrEmptySlice)
 			}
-			ordered, err := orderedOption(opts, func(o *options.InsertManyOptions) *bool { return o.Ordered })
+			ordered, err := engine.Ordered(opts, func(o *options.InsertManyOptions) *bool { return o.Ordered })
 			return dv.Len(), ordered, err
 		},
 		prepare: func(_ context.Context, c *engine.Call) error {
@@ -197,7 +197,7 @@ func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts
 			if len(models) == 0 {
 				return 0, false, fmt.Errorf("invalid models: %w", mongo.ErrEmptySlice)
 			}
-			ordered, err := orderedOption(opts, func(o *options.BulkWriteOptions) *bool { return o.Ordered })
+			ordered, err := engine.Ordered(opts, func(o *options.BulkWriteOptions) *bool { return o.Ordered })
 			return len(models), ordered, err
 		},
 		prepare: func(ctx context.Context, c *engine.Call) error {
@@ -212,7 +212,7 @@ func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts
 			}
 			res, err := g.target.BulkWrite(ctx, ms, opts...)
 			if res != nil {
-				addBulk(total, res, b)
+				engine.AddBulk(total, res, b)
 				if err == nil && !res.Acknowledged {
 					return res, engine.ErrUnacked
 				}
@@ -238,50 +238,9 @@ func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts
 	})
 }
 
-// addBulk adds one attempt's result to total; UpsertedIDs are keyed by the
-// caller's indices.
-func addBulk(total, res *mongo.BulkWriteResult, b engine.Batch) {
-	total.InsertedCount += res.InsertedCount
-	total.MatchedCount += res.MatchedCount
-	total.ModifiedCount += res.ModifiedCount
-	total.DeletedCount += res.DeletedCount
-	total.UpsertedCount += res.UpsertedCount
-	for idx, id := range res.UpsertedIDs {
-		if idx >= 0 && int(idx) < len(b) {
-			if total.UpsertedIDs == nil {
-				total.UpsertedIDs = map[int64]any{}
-			}
-			total.UpsertedIDs[int64(b.Index(int(idx)))] = id
-		}
-	}
-}
-
-func inTransaction(ctx context.Context) bool {
-	s := mongo.SessionFromContext(ctx)
-	return s != nil && s.TransactionRunning()
-}
-
 func sliceLen(rv reflect.Value) int {
 	if rv.Kind() == reflect.Slice {
 		return rv.Len()
 	}
 	return 0
-}
-
-// orderedOption reads the ordered option from a call's options (driver
-// default: true), applying them as the driver does.
-func orderedOption[T any](opts []options.Lister[T], get func(*T) *bool) (bool, error) {
-	var o T
-	for _, l := range opts {
-		if l == nil {
-			continue
-		}
-		for _, set := range l.List() {
-			if err := set(&o); err != nil {
-				return false, err
-			}
-		}
-	}
-	v := get(&o)
-	return v == nil || *v, nil
 }

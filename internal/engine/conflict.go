@@ -2,10 +2,11 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"runtime/debug"
 
 	"github.com/writeguard/writeguard/policy"
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // conflictIdentifiable checks, before any handler runs, that the duplicate
@@ -50,32 +51,49 @@ func validResolution(d policy.Disposition) bool {
 	return d.IsConflict() && d != "conflict_"
 }
 
-// PanicError is a panic of user code (a conflict handler, a sink)
-// recovered by the engine: what panicked, the panic's value and the stack
-// of the goroutine where it was raised.
-type PanicError struct {
-	What  string
-	Value any
-	stack []byte // runtime/debug.Stack at the recovery
-}
-
-// Error names what panicked and the value, without the stack.
-func (p *PanicError) Error() string {
-	return fmt.Sprintf("writeguard: %s panicked: %v", p.What, p.Value)
-}
-
-// Stack returns the stack of the goroutine that panicked, as
-// runtime/debug.Stack formats it.
-func (p *PanicError) Stack() []byte { return p.stack }
-
-// recovered runs user code (a conflict handler, a sink) and turns a panic
-// into a *PanicError naming what panicked and keeping its stack, so that
-// one bad callback cannot take the other documents' outcomes with it.
-func recovered(what string, f func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &PanicError{What: what, Value: r, stack: debug.Stack()}
+// ReplaceArgs returns the filter and the replacement with which
+// writeguard.ConflictReplace replaces the stored document holding the
+// duplicate key f of the inserted doc: {_id: <doc's _id>} and doc on the
+// _id index; else keyValue and doc without its _id (a replace cannot
+// change the stored _id). It returns an error, and nothing to replace,
+// when doc has no _id or the key identifies no single document
+// (policy.KeyIdentifies): indexKnown and indexName
+// (policy.DuplicateKeyIndex) say why.
+func ReplaceArgs(doc bson.Raw, f policy.Failure, keyPattern, keyValue bson.Raw, indexKnown bool, indexName string) (filter, replacement bson.Raw, err error) {
+	id, err := doc.LookupErr("_id")
+	if err != nil {
+		return nil, nil, errors.New("writeguard: ConflictReplace: document has no _id")
+	}
+	onID := policy.OnIDIndex(f)
+	if !onID && len(keyValue) > 0 {
+		if elems, err := keyValue.Elements(); err == nil && len(elems) == 1 && elems[0].Key() == "_id" {
+			onID = true
 		}
-	}()
-	return f()
+	}
+	if onID {
+		f, err := bson.Marshal(bson.D{{Key: "_id", Value: id}})
+		return f, doc, err
+	}
+	if ok, field := policy.KeyIdentifies(keyPattern, keyValue); !ok {
+		switch {
+		case !indexKnown:
+			return nil, nil, errors.New("writeguard: ConflictReplace: the server named neither the index nor the key (no keyPattern, no index in errmsg); nothing replaced")
+		case field == "":
+			return nil, nil, fmt.Errorf("writeguard: ConflictReplace: the server sent no keyValue for index %q; nothing replaced", indexName)
+		default:
+			return nil, nil, fmt.Errorf("writeguard: ConflictReplace: key field %q is null or missing; it identifies no single document; nothing replaced", field)
+		}
+	}
+	elems, err := doc.Elements()
+	if err != nil {
+		return nil, nil, err
+	}
+	var d bson.D
+	for _, e := range elems {
+		if e.Key() != "_id" {
+			d = append(d, bson.E{Key: e.Key(), Value: e.Value()})
+		}
+	}
+	rep, err := bson.Marshal(d)
+	return keyValue, rep, err
 }

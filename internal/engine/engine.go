@@ -45,14 +45,15 @@ type Config struct {
 	Hooks             hooks.Hooks // composed (hooks.Compose): every func set
 	Observed          bool        // hooks were given: build per-document events
 	Logger            *slog.Logger
-	Clock             policy.Clock // nil: the wall clock
+	Clock             Clock // nil: the wall clock
 	ThrottledAttempts int
 	UpsertRetries     int
 	AllowUnacked      bool
 	Reader            Reader
-	// Report turns the per-document results of a call that did not end
-	// all written into the error the call returns (the root's *Report).
-	Report func(*Result) error
+	// Report turns a finished call that did not end all written into
+	// the error the call returns (the root's *Report), reading what the
+	// call proved through Call's accessors.
+	Report func(*Call) error
 }
 
 // Engine runs the guarded calls of one collection. It is safe for

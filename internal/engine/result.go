@@ -4,41 +4,11 @@ import (
 	"context"
 	"fmt"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/policy"
 )
 
-// Result is what a call that did not end all written hands to
-// Config.Report: the call's figures and one Outcome per input.
-type Result struct {
-	Operation string
-	Namespace string
-	Outcomes  []Outcome // one per input, Outcomes[i].Index == i
-	Attempts  int       // driver calls made
-	LastErr   error     // the driver's last error, nil when none
-	Hint      string    // the setting to fix after a Configuration failure
-	Extra     []error   // context errors, ErrUnacknowledged
-}
-
-// Outcome is what happened to one input (the root's Outcome documents
-// each field).
-type Outcome struct {
-	Index        int
-	ID           any // the _id as the driver returns it (inserts), nil otherwise
-	Disposition  policy.Disposition
-	Class        policy.Class
-	Failure      *policy.Failure
-	Attempts     int
-	MaybeWritten bool
-	Document     bson.Raw
-	Model        mongo.WriteModel
-	Err          error
-}
-
-// finish builds the call's error (Config.Report of its Result; nil when every input ended written or
+// finish builds the call's error (Config.Report of the call; nil when every input ended written or
 // already_written, or unacknowledged when allowed) and reports the end of
 // the call to the hooks.
 func (c *Call) finish(ctx context.Context) error {
@@ -52,12 +22,7 @@ func (c *Call) finish(ctx context.Context) error {
 	}
 	var err error
 	if !ok {
-		r := &Result{Operation: c.op.Name, Namespace: e.Namespace(), Attempts: c.attempts, LastErr: c.lastErr, Hint: c.hint, Extra: c.extra}
-		r.Outcomes = make([]Outcome, len(c.items))
-		for i, it := range c.items {
-			r.Outcomes[i] = c.outcome(it)
-		}
-		err = e.cfg.Report(r)
+		err = e.cfg.Report(c)
 	}
 	if e.observed {
 		c.operationFinished(ctx, err)
@@ -77,18 +42,6 @@ func (c *Call) operationFinished(ctx context.Context, err error) {
 		}
 	}
 	e.hooks.OperationFinished(ctx, end)
-}
-
-func (c *Call) outcome(it *item) Outcome {
-	o := Outcome{Index: it.index, ID: it.idValue(), Disposition: it.disp, Failure: it.fail, Attempts: it.attempts,
-		MaybeWritten: it.mayBeApplied() && !it.disp.Stored(), Document: it.doc, Model: it.model, Err: it.err}
-	if it.kind != KindInsert {
-		o.ID = nil
-	}
-	if it.fail != nil {
-		o.Class = it.class
-	}
-	return o
 }
 
 // hintFor names the setting to fix after a Configuration failure.

@@ -1,10 +1,7 @@
 package engine
 
 import (
-	"context"
-	"errors"
 	"strconv"
-	"time"
 
 	"github.com/writeguard/writeguard/policy"
 )
@@ -355,39 +352,3 @@ func OrderedWindow(window, sent, stopAt int) int {
 // the call's MaxElapsed and its context. Every other failure, server
 // selection included, is charged.
 func Charged(f *policy.Failure) bool { return f == nil || f.Shape != policy.ShapeCheckout }
-
-// ErrDeadlineTooClose is returned by Wait, at once and without sleeping,
-// when the context's deadline would pass before the delay ends: a retry
-// started after the wait could not finish in time (a retry that the
-// deadline would cut mid-flight leaves its outcome unknown).
-var ErrDeadlineTooClose = errors.New("writeguard: context deadline is closer than the retry delay")
-
-// Wait sleeps for d on clock. It returns nil after d; ctx's error as soon
-// as ctx is done; ErrDeadlineTooClose at once when ctx has a deadline
-// earlier than now+d. d ≤ 0 returns ctx.Err(). A nil clock is the wall clock.
-func Wait(ctx context.Context, clock policy.Clock, d time.Duration) error {
-	if clock == nil {
-		clock = realClock{}
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d <= 0 {
-		return nil
-	}
-	if dl, ok := ctx.Deadline(); ok && clock.Now().Add(d).After(dl) {
-		return ErrDeadlineTooClose
-	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-clock.After(d):
-		return nil
-	}
-}
-
-// realClock is the wall clock.
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
