@@ -579,6 +579,7 @@ type exchange struct {
 	fault     Fault
 	fired     bool
 	validator *jsonschema.Validator
+	wceDone   bool // a WriteConcernErrorReply fault was applied per shard
 }
 
 // reply sends body to the client unless it expects no reply.
@@ -721,7 +722,7 @@ func (s *session) addErrors(x *exchange, body bson.Raw) (bson.Raw, error) {
 		if err := s.postForward(x.fault); err != nil {
 			return nil, err
 		}
-		if x.fault.kind == FaultWriteConcernError {
+		if x.fault.kind == FaultWriteConcernError && !x.wceDone {
 			if body, err = addWriteConcernError(body, x.fault.wce); err != nil {
 				return nil, err
 			}

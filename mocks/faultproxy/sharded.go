@@ -61,7 +61,8 @@ var DefaultShards = []string{"shard01", "shard02"}
 // statement succeeded or, unordered, some did: one shard's error with
 // " at <shard>" appended to its errmsg, several as 64 WriteConcernFailed
 // "multiple errors reported : ... at <shard> :: and :: ..."
-// (buildClientResponse). A child batch answered ok: 0 becomes one write
+// (buildClientResponse); a WriteConcernErrorReply fault is such an error
+// on every shard's reply. A child batch answered ok: 0 becomes one write
 // error per statement of that batch (unordered) or one on its first
 // statement (ordered) (noteBatchError). FailShard makes a shard fail after
 // applying part of its batch.
@@ -284,6 +285,7 @@ type mongosReply struct {
 	upserted     bson.A
 	writeErrors  bson.A
 	wces         []shardWCE
+	labels       []string // top-level errorLabels sent with the writeConcernError
 }
 
 // batchErrors adds the write errors noteBatchError makes of a child
@@ -357,6 +359,9 @@ func (m *mongosReply) reply(name string, total int, ordered bool) bson.D {
 	errs := len(m.writeErrors)
 	if len(m.wces) > 0 && (errs == 0 || !ordered && errs < total) {
 		out = append(out, bson.E{Key: "writeConcernError", Value: m.mergedWCE()})
+		if len(m.labels) > 0 {
+			out = append(out, bson.E{Key: "errorLabels", Value: m.labels})
+		}
 	}
 	return append(out, bson.E{Key: "ok", Value: 1.0})
 }
@@ -455,6 +460,13 @@ func (s *session) execSharded(x *exchange, df *Fault) (bson.Raw, error) {
 		hadErrors, err := m.add(reply, b, shard)
 		if err != nil {
 			return nil, err
+		}
+		if x.fired && x.fault.kind == FaultWriteConcernError {
+			// Each shard waited for the write concern and failed; mongos
+			// merges what the shards said.
+			m.wces = append(m.wces, shardWCE{shard: shard, wce: wceDoc(x.fault.wce)})
+			m.labels = x.fault.wce.Labels
+			x.wceDone = true
 		}
 		if ordered && hadErrors {
 			break
@@ -587,6 +599,24 @@ func (p *Proxy) cappedRead(cmd *Command) (*Command, error) {
 	}
 	out.Body = raw
 	return &out, nil
+}
+
+// wceDoc is the writeConcernError document of w, as addWriteConcernError
+// makes it.
+func wceDoc(w WriteConcernError) bson.D {
+	msg := w.Message
+	if msg == "" {
+		msg = fmt.Sprintf("faultproxy: injected write concern error %d", w.Code)
+	}
+	d := bson.D{{Key: "code", Value: w.Code}}
+	if w.CodeName != "" {
+		d = append(d, bson.E{Key: "codeName", Value: w.CodeName})
+	}
+	d = append(d, bson.E{Key: "errmsg", Value: msg})
+	if w.ErrInfo != nil {
+		d = append(d, bson.E{Key: "errInfo", Value: w.ErrInfo})
+	}
+	return d
 }
 
 // setField replaces field key of d or appends it.

@@ -464,3 +464,31 @@ func TestShardedMergesWriteConcernErrors(t *testing.T) {
 		t.Errorf("one shard: %v, want the shard's error with \" at <shard>\"", err)
 	}
 }
+
+// TestShardedWriteConcernFaultFollowsMongosRules: a WriteConcernErrorReply
+// fault fails every shard's write concern; mongos reports it unless the
+// write is ordered and stopped at a write error.
+func TestShardedWriteConcernFaultFollowsMongosRules(t *testing.T) {
+	ids := seq(8)
+	for _, ordered := range []bool{true, false} {
+		p, _ := startSharded(t, nil)
+		_, batches := shardsOf(t, p, ordered, ids...)
+		bad := ids[batches[len(batches)-1][0]]
+		p.SetScript(faultproxy.MustScript(
+			faultproxy.Validator("app.c", bson.D{{Key: "$jsonSchema", Value: bson.D{{Key: "required", Value: bson.A{"_id"}},
+				{Key: "properties", Value: bson.D{{Key: "_id", Value: bson.D{{Key: "not", Value: bson.D{{Key: "enum", Value: bson.A{bad}}}}}}}}}}}),
+			faultproxy.On("insert").Do(faultproxy.WriteConcernErrorReply(faultproxy.WriteConcernError{Code: 6, CodeName: "HostUnreachable", Message: "no secondary", Labels: []string{"RetryableWriteError"}}))))
+		coll := connect(t, p.URI(), false).Database("app").Collection("c")
+		_, err := coll.InsertMany(opCtx(t), idDocs(ids...), options.InsertMany().SetOrdered(ordered))
+		var bwe mongo.BulkWriteException
+		if !errors.As(err, &bwe) || len(bwe.WriteErrors) != 1 || bwe.WriteErrors[0].Code != 121 {
+			t.Fatalf("ordered=%v: %v, want one 121", ordered, err)
+		}
+		if ordered && bwe.WriteConcernError != nil {
+			t.Errorf("ordered write stopped at a write error: writeConcernError %v reported, mongos drops it", bwe.WriteConcernError)
+		}
+		if !ordered && (bwe.WriteConcernError == nil || !bwe.HasErrorLabel("RetryableWriteError")) {
+			t.Errorf("unordered write with some statements applied: %v, want the writeConcernError and its label", err)
+		}
+	}
+}
