@@ -453,6 +453,12 @@ func shTruthCheck(b *caseBed, coll, dlqColl string, calls []*shCall) *shVerdict 
 			if in.kind != shInsert {
 				continue
 			}
+			if c.bulk && c.ordered && !c.idempotent && o.Disposition == writeguard.NotAttempted {
+				// An ordered call may stop after a non-idempotent update
+				// whose fate it cannot learn (unknown): the inserts after
+				// it are then never sent, truthfully (checked above).
+				continue
+			}
 			// Inserts are resolved by re-sending and reading back: under
 			// transient faults each ends where its content says.
 			switch o.Disposition {
