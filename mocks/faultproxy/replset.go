@@ -83,8 +83,16 @@ func (p *Proxy) rewriteHello(body bson.Raw, legacy bool) (bson.Raw, error) {
 		return body, nil
 	}
 	if !p.emulated() {
-		// Limits only: the server's reply with the announced limits.
-		return bson.Marshal(p.withLimits(reply))
+		// Limits only: the server's reply with the announced limits,
+		// without topologyVersion, so that the driver polls instead of
+		// streaming hellos the proxy would have to rewrite one by one.
+		out := bson.D{}
+		for _, e := range p.withLimits(reply) {
+			if e.Key != "topologyVersion" {
+				out = append(out, e)
+			}
+		}
+		return bson.Marshal(out)
 	}
 	drop := map[string]bool{
 		"isWritablePrimary": true, "ismaster": true, "topologyVersion": true, "setName": true,

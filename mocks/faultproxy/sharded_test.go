@@ -357,6 +357,13 @@ func TestSmallLimitsCapReadBatches(t *testing.T) {
 	p := startProxy(t, faultproxy.WithUpstream(upstream.Addr()),
 		faultproxy.WithLimits(faultproxy.Limits{MaxMessageSizeBytes: 8192 + 1024, MaxBsonObjectSize: 1024 - 16}))
 	coll := connect(t, p.URI(), false).Database("app").Collection("c")
+	var hello bson.M
+	if err := coll.Database().RunCommand(opCtx(t), bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
+		t.Fatal(err)
+	}
+	if hello["maxMessageSizeBytes"] != int32(9216) || hello["maxBsonObjectSize"] != int32(1008) || hello["setName"] != nil || hello["msg"] != nil {
+		t.Errorf("standalone hello with limits: %v", hello)
+	}
 	for _, o := range []*options.FindOptionsBuilder{options.Find(), options.Find().SetBatchSize(100), options.Find().SetBatchSize(3)} {
 		cur, err := coll.Find(opCtx(t), bson.D{}, o)
 		if err != nil {
