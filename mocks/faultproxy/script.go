@@ -173,7 +173,8 @@ type Fault struct {
 	seed    int64
 	rates   []Rate
 	random  bool
-	k       int // statements applied by ApplyThenError / ApplyThenClose
+	k       int // statements applied by ApplyThenError / ApplyThenClose / FailShard
+	batch   int // FailShard's child batch
 }
 
 // ErrorReply answers the command with e as an error reply without
@@ -313,6 +314,15 @@ func (f Fault) validate() error {
 		if f.k < 0 {
 			return fmt.Errorf("ApplyThenClose: k = %d must not be negative", f.k)
 		}
+	case FaultShard:
+		switch {
+		case f.batch < 0:
+			return fmt.Errorf("FailShard: batch = %d must not be negative", f.batch)
+		case f.k < 0:
+			return fmt.Errorf("FailShard: applied = %d must not be negative", f.k)
+		case f.cmdErr.Code == 0:
+			return errors.New("FailShard: code must not be 0")
+		}
 	}
 	return nil
 }
@@ -447,6 +457,9 @@ func (r *Rule) validate() error {
 	}
 	if r.fault.kind == FaultDocument && !r.anyCmd && !hasStatements(r.command) {
 		return fmt.Errorf("RejectDocuments applies to insert, update and delete, not %q", r.command)
+	}
+	if r.fault.kind == FaultShard && !r.anyCmd && !hasStatements(r.command) {
+		return fmt.Errorf("FailShard applies to insert, update and delete, not %q", r.command)
 	}
 	return nil
 }
