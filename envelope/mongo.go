@@ -5,12 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/writeguard/writeguard/policy"
 )
@@ -61,6 +65,8 @@ type sinkConfig struct {
 	redactErrInfo func(bson.Raw) bson.Raw
 	upsertRetries int
 	insertFirst   bool
+	setup         []SetupOption
+	logger        *slog.Logger
 	now           func() time.Time
 	errs          []error
 }
@@ -127,6 +133,38 @@ func WithUpsertRetries(n int) SinkOption {
 // upsert (FerretDB v1; see MongoSink). Ignored by FileSink.
 func WithInsertFirst() SinkOption {
 	return sinkOptionFunc(func(c *sinkConfig) { c.insertFirst = true })
+}
+
+// WithSetup sets the options (WithTTL, WithoutValidator, ...) with which
+// MongoSink re-establishes the dead-letter collection and its indexes when
+// it finds its unique fingerprint index gone (see MongoSink, "Lost
+// indexes"). Default: EnsureCollection's defaults. Give the options the
+// collection was set up with. Ignored by FileSink.
+func WithSetup(opts ...SetupOption) SinkOption {
+	return sinkOptionFunc(func(c *sinkConfig) {
+		for i, o := range opts {
+			if o == nil {
+				c.errs = append(c.errs, fmt.Errorf("envelope: WithSetup: option %d is nil", i))
+				return
+			}
+		}
+		c.setup = append([]SetupOption(nil), opts...)
+	})
+}
+
+// WithLogger sets the logger MongoSink tells, at level Warn, that it
+// found the dead-letter collection's unique fingerprint index gone and
+// what re-establishing it did (the SetupReport), or why it refuses to
+// store. Default: no logging (Put's error and Reestablished still say
+// so). A nil logger is an error. Ignored by FileSink.
+func WithLogger(l *slog.Logger) SinkOption {
+	return sinkOptionFunc(func(c *sinkConfig) {
+		if l == nil {
+			c.errs = append(c.errs, errors.New("envelope: WithLogger(nil)"))
+			return
+		}
+		c.logger = l
+	})
 }
 
 // MongoSink is a Sink that stores envelopes in a MongoDB collection, the
@@ -218,18 +256,107 @@ func WithInsertFirst() SinkOption {
 // in), and stored with original_truncated: true, original_size (the full
 // size in bytes) and original_dropped (the names left out). Such an
 // envelope is for inspection only; a replay skips it.
+//
+// # Lost indexes
+//
+// Before each Put writes, it lists the collection's indexes (one
+// listIndexes command) and checks that the unique index on fingerprint is
+// there. A collection dropped while the application runs comes back on
+// the next insert or upsert without any index (the server creates it
+// implicitly), and without the unique index recaptures would become new
+// envelopes (WithInsertFirst) and concurrent captures could make two, so
+// a replay would write one payload twice. When the index is gone (or the
+// collection), Put first runs EnsureCollection with the options of
+// WithSetup, logs what it did (WithLogger) and counts it
+// (Reestablished), then stores; when that cannot give back the unique
+// index (e.g. duplicates of a fingerprint already exist), Put stores
+// nothing and returns an error wrapping ErrIndexMissing. A drop between
+// the check and the write is not seen until the next Put.
 type MongoSink struct {
 	coll    *mongo.Collection
 	cfg     sinkConfig
 	err     error // a construction error every Put returns
 	stripes [sinkStripes]sync.Mutex
+
+	setupMu       sync.Mutex // one re-establishment at a time
+	reestablished atomic.Int64
+	unacked       atomic.Bool // a write came back unacknowledged (w: 0)
+}
+
+// ErrIndexMissing is wrapped by MongoSink.Put's error when the dead-letter
+// collection's unique fingerprint index is gone and re-establishing it
+// failed: the sink stores nothing rather than envelopes a later capture
+// or replay could duplicate.
+var ErrIndexMissing = errors.New("envelope: the dead-letter collection has no unique index on fingerprint")
+
+// Reestablished returns how many times s found the unique fingerprint
+// index (or the whole collection) gone and re-established it.
+func (s *MongoSink) Reestablished() int64 { return s.reestablished.Load() }
+
+// codeNamespaceNotFound is the server's 26 NamespaceNotFound
+// (error_codes.yml), listIndexes' answer for a collection that does not
+// exist.
+const codeNamespaceNotFound = 26
+
+// checkIndexes makes sure the unique fingerprint index is there, running
+// EnsureCollection when it is not (see MongoSink, "Lost indexes").
+func (s *MongoSink) checkIndexes(ctx context.Context) error {
+	ok, err := s.hasFingerprintIndex(ctx)
+	if err != nil || ok {
+		return err
+	}
+	s.setupMu.Lock()
+	defer s.setupMu.Unlock()
+	if ok, err := s.hasFingerprintIndex(ctx); err != nil || ok {
+		return err // re-established meanwhile by another Put
+	}
+	ns := s.coll.Database().Name() + "." + s.coll.Name()
+	rep, err := EnsureCollection(ctx, s.coll.Database(), s.coll.Name(), s.cfg.setup...)
+	st := rep.State(FeatureFingerprintIndex)
+	if err == nil && st != FeatureApplied && st != FeatureAlready {
+		err = fmt.Errorf("fingerprint index %s", st)
+	}
+	if err != nil {
+		if s.cfg.logger != nil {
+			s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "envelope: the dead-letter collection lost its unique fingerprint index and it could not be re-established; storing nothing",
+				slog.String("namespace", ns), slog.String("error", err.Error()))
+		}
+		return fmt.Errorf("%w (%s), and re-establishing it failed; nothing stored: %w", ErrIndexMissing, ns, err)
+	}
+	s.reestablished.Add(1)
+	if s.cfg.logger != nil {
+		s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "envelope: the dead-letter collection had lost its unique fingerprint index (dropped?); re-established it before storing",
+			slog.String("namespace", ns), slog.String("setup", rep.String()))
+	}
+	return nil
+}
+
+// hasFingerprintIndex lists the collection's indexes and reports whether
+// the unique index on {fingerprint: 1} is among them (false, nil for a
+// collection that does not exist).
+func (s *MongoSink) hasFingerprintIndex(ctx context.Context) (bool, error) {
+	// Through an acknowledged clone: under w: 0 the driver would not wait
+	// for listIndexes' reply either (the write itself then reports
+	// ErrUnacknowledgedSink).
+	idx, err := listIndexes(ctx, s.coll.Clone(options.Collection().SetWriteConcern(writeconcern.W1())))
+	if err != nil {
+		if hasCode(err, codeNamespaceNotFound) {
+			return false, nil
+		}
+		return false, fmt.Errorf("envelope: checking the dead-letter collection's indexes: %w", err)
+	}
+	ex := findIndex(idx, []keyField{{"fingerprint", 1}})
+	return ex != nil && ex.Unique, nil
 }
 
 // sinkStripes is the number of locks MongoSink.Put spreads fingerprints
 // over.
 const sinkStripes = 64
 
-var _ Sink = (*MongoSink)(nil)
+var (
+	_ Sink        = (*MongoSink)(nil)
+	_ PartialSink = (*MongoSink)(nil)
+)
 
 // NewMongoSink returns a Sink storing envelopes in coll. coll must have
 // the unique index on fingerprint that EnsureCollection creates: without
@@ -273,9 +400,11 @@ var ErrUnacknowledgedSink = errors.New("envelope: the dead-letter collection's w
 	"the server confirmed nothing, so no envelope is known to be stored; give the sink a collection with w ≥ 1")
 
 // acked returns ErrUnacknowledgedSink for a write the server did not
-// acknowledge.
-func acked(acknowledged bool) error {
+// acknowledge, and remembers it: the collection's write concern does not
+// change, so later Puts refuse at once, without sending anything.
+func (s *MongoSink) acked(acknowledged bool) error {
 	if !acknowledged {
+		s.unacked.Store(true)
 		return ErrUnacknowledgedSink
 	}
 	return nil
@@ -290,116 +419,263 @@ func (s *MongoSink) Collection() *mongo.Collection { return s.coll }
 // returns nil when every envelope is stored, and otherwise an error
 // wrapping the driver's (a mongo.BulkWriteException for per-envelope
 // failures, so the guarded collection can classify it and retry transient
-// ones), an error naming an envelope the redaction hooks made invalid, or
-// an error saying that envelopes were still racing after
-// WithUpsertRetries rounds. An empty envs is a no-op.
+// ones), an error naming an envelope the redaction hooks made invalid, an
+// error saying that envelopes were still racing after WithUpsertRetries
+// rounds, or an error wrapping ErrIndexMissing (see MongoSink, "Lost
+// indexes"). An empty envs is a no-op. PutEach says which envelopes were
+// stored when some were not.
 func (s *MongoSink) Put(ctx context.Context, envs []Envelope) error {
+	_, err := s.put(ctx, envs, true)
+	return err
+}
+
+// PutEach is Put reporting per envelope (see PartialSink): entry i is nil
+// when envs[i] is stored (its envelope, merged with the others of its
+// fingerprint, was inserted or updated), and otherwise the reason, a
+// mongo.BulkWriteException holding only that envelope's write error when
+// the server refused it. An envelope the redaction hooks made invalid
+// fails alone. A write concern error, a network error or an
+// unacknowledged write fails every envelope of the statements it
+// concerned: the server confirmed none of them.
+func (s *MongoSink) PutEach(ctx context.Context, envs []Envelope) []error {
+	res, err := s.put(ctx, envs, false)
+	out := make([]error, len(envs))
+	if res == nil {
+		if err != nil {
+			for i := range out {
+				out[i] = err
+			}
+		}
+		return out
+	}
+	for i := range envs {
+		fp := envs[i].Fingerprint
+		if fp == "" {
+			fp = Fingerprint(envs[i].Original, envs[i].IDAssigned)
+		}
+		out[i] = res[fp]
+	}
+	return out
+}
+
+// put stores envs and returns each fingerprint's error (nil: stored; a
+// nil map: the error concerns every envelope) and the error Put returns.
+// all: an envelope that cannot be prepared fails the call before
+// anything is written.
+func (s *MongoSink) put(ctx context.Context, envs []Envelope, all bool) (map[string]error, error) {
 	if s.err != nil {
-		return s.err
+		return nil, s.err
 	}
 	if len(envs) == 0 {
-		return nil
+		return nil, nil
+	}
+	if s.unacked.Load() {
+		return nil, ErrUnacknowledgedSink
 	}
 	merged := mergeByFingerprint(envs)
+	res := make(map[string]error, len(merged))
+	ready := merged[:0:0]
+	var first error
 	for i := range merged {
 		env, err := prepareForStore(merged[i], s.cfg)
-		if err != nil {
-			return err
+		if err == nil && !s.cfg.insertFirst {
+			_, err = upsertModel(env) // fails the way the bulk write's marshalling would
 		}
-		merged[i] = env
+		if err != nil {
+			if all {
+				return nil, err
+			}
+			res[merged[i].Fingerprint] = err
+			first = cmpOr(first, err)
+			continue
+		}
+		res[env.Fingerprint] = nil
+		ready = append(ready, env)
 	}
-	unlock := s.lock(merged)
+	if len(ready) == 0 {
+		return res, first
+	}
+	unlock := s.lock(ready)
 	defer unlock()
-	if s.cfg.insertFirst {
-		return s.putInsertFirst(ctx, merged)
+	if err := s.checkIndexes(ctx); err != nil {
+		return nil, err
 	}
-	return s.putUpserts(ctx, merged)
+	var failed map[int]error
+	var err error
+	if s.cfg.insertFirst {
+		failed, err = s.putInsertFirst(ctx, ready)
+	} else {
+		failed, err = s.putUpserts(ctx, ready)
+	}
+	for i, ferr := range failed {
+		res[ready[i].Fingerprint] = ferr
+	}
+	return res, cmpOr(first, err)
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// failAll returns err for every index of idx.
+func failAll(idx []int, err error) map[int]error {
+	m := make(map[int]error, len(idx))
+	for _, i := range idx {
+		m[i] = err
+	}
+	return m
+}
+
+// oneWriteError returns the error of one statement of a bulk write, as a
+// BulkWriteException holding only that write error.
+func oneWriteError(fp string, we mongo.BulkWriteError, labels []string) error {
+	return fmt.Errorf("envelope: storing the envelope of fingerprint %s: %w", fp,
+		mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}, Labels: labels})
 }
 
 // putUpserts stores prepared envelopes with one bulk write of upserts,
-// sending again those that failed with a duplicate key.
-func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) error {
+// sending again those that failed with a duplicate key. It returns the
+// indexes (into envs) not stored, with why, and the error Put returns.
+func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) (map[int]error, error) {
 	models := make([]mongo.WriteModel, len(envs))
+	idx := make([]int, len(envs)) // models[k] is envs[idx[k]]
 	for i := range envs {
 		m, err := upsertModel(envs[i])
 		if err != nil {
-			return err
+			return failAll(allIndexes(len(envs)), err), err
 		}
-		models[i] = m
+		models[i], idx[i] = m, i
 	}
+	failed := map[int]error{}
+	var first error
 	for round := 0; ; round++ {
 		res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 		if err == nil {
-			return acked(res.Acknowledged)
+			if aerr := s.acked(res.Acknowledged); aerr != nil {
+				maps.Copy(failed, failAll(idx, aerr))
+				return failed, aerr
+			}
+			return failed, first
 		}
+		werr := fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
+		first = cmpOr(first, werr)
 		var bwe mongo.BulkWriteException
-		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 || round >= s.cfg.upsertRetries {
-			return fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
+		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+			maps.Copy(failed, failAll(idx, werr))
+			return failed, first
 		}
 		var again []mongo.WriteModel
-		for _, f := range policy.Extract(err) {
-			if !policy.IsDuplicateKey(f) || f.Index < 0 || f.Index >= len(models) {
-				return fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
+		var againIdx []int
+		for _, we := range bwe.WriteErrors {
+			if we.Index < 0 || we.Index >= len(models) {
+				maps.Copy(failed, failAll(idx, werr))
+				return failed, first
 			}
-			again = append(again, models[f.Index])
+			i := idx[we.Index]
+			if round < s.cfg.upsertRetries && policy.IsDuplicateKey(policy.Extract(mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}})[0]) {
+				again = append(again, models[we.Index])
+				againIdx = append(againIdx, i)
+				continue
+			}
+			failed[i] = oneWriteError(envs[i].Fingerprint, we, bwe.Labels)
 		}
-		models = again
+		if len(again) == 0 {
+			return failed, first
+		}
+		models, idx = again, againIdx
+		if len(failed) == 0 {
+			first = nil // only races so far: the next round decides
+		}
 	}
 }
 
+func allIndexes(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
 // putInsertFirst stores prepared envelopes with one insert, then one
-// update of the recaptured ones (WithInsertFirst).
-func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) error {
+// update of the recaptured ones (WithInsertFirst). It returns the indexes
+// (into envs) not stored, with why, and the error Put returns.
+func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) (map[int]error, error) {
 	docs := make([]bson.Raw, len(envs))
 	for i := range envs {
 		var err error
 		if docs[i], err = bson.Marshal(storedFields(envs[i])); err != nil {
-			return fmt.Errorf("envelope: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, err)
+			err = fmt.Errorf("envelope: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, err)
+			return failAll(allIndexes(len(envs)), err), err
 		}
 	}
-	pending := make([]int, len(envs))
-	for i := range pending {
-		pending[i] = i
-	}
+	pending := allIndexes(len(envs))
+	failed := map[int]error{}
+	var first error
 	for round := 0; ; round++ {
-		dups, err := s.insert(ctx, docs, pending)
-		if err != nil || len(dups) == 0 {
-			return err
+		dups, ifailed, err := s.insert(ctx, envs, docs, pending)
+		maps.Copy(failed, ifailed)
+		first = cmpOr(first, err)
+		if len(dups) == 0 {
+			return failed, first
 		}
 		missing, err := s.update(ctx, envs, dups)
-		if err != nil || len(missing) == 0 {
-			return err
+		if err != nil {
+			maps.Copy(failed, failAll(dups, err))
+			return failed, cmpOr(first, err)
+		}
+		if len(missing) == 0 {
+			return failed, first
 		}
 		if round >= s.cfg.upsertRetries {
-			return fmt.Errorf("envelope: %d envelopes were inserted and deleted concurrently %d times; giving up", len(missing), round+1)
+			err := fmt.Errorf("envelope: %d envelopes were inserted and deleted concurrently %d times; giving up", len(missing), round+1)
+			maps.Copy(failed, failAll(missing, err))
+			return failed, cmpOr(first, err)
 		}
 		pending = missing
 	}
 }
 
 // insert inserts docs[i] for i in idx, unordered, and returns the indexes
-// (into docs) whose insert failed with a duplicate key.
-func (s *MongoSink) insert(ctx context.Context, docs []bson.Raw, idx []int) ([]int, error) {
+// (into docs) whose insert failed with a duplicate key, those that failed
+// otherwise with why, and the error Put returns for them.
+func (s *MongoSink) insert(ctx context.Context, envs []Envelope, docs []bson.Raw, idx []int) ([]int, map[int]error, error) {
 	batch := make([]any, len(idx))
 	for k, i := range idx {
 		batch[k] = docs[i]
 	}
 	res, err := s.coll.InsertMany(ctx, batch, options.InsertMany().SetOrdered(false))
 	if err == nil {
-		return nil, acked(res.Acknowledged)
+		if aerr := s.acked(res.Acknowledged); aerr != nil {
+			return nil, failAll(idx, aerr), aerr
+		}
+		return nil, nil, nil
 	}
+	werr := fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
 	var bwe mongo.BulkWriteException
 	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
-		return nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
+		return nil, failAll(idx, werr), werr
 	}
 	dups := make([]int, 0, len(bwe.WriteErrors))
-	for _, f := range policy.Extract(err) {
-		if !policy.IsDuplicateKey(f) || f.Index < 0 || f.Index >= len(idx) {
-			return nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
+	failed := map[int]error{}
+	for _, we := range bwe.WriteErrors {
+		if we.Index < 0 || we.Index >= len(idx) {
+			return nil, failAll(idx, werr), werr
 		}
-		dups = append(dups, idx[f.Index])
+		i := idx[we.Index]
+		if policy.IsDuplicateKey(policy.Extract(mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}})[0]) {
+			dups = append(dups, i)
+			continue
+		}
+		failed[i] = oneWriteError(envs[i].Fingerprint, we, bwe.Labels)
 	}
-	return dups, nil
+	if len(failed) == 0 {
+		werr = nil
+	}
+	return dups, failed, werr
 }
 
 // update applies the recapture update to the envelopes envs[i], i in
@@ -428,7 +704,7 @@ func (s *MongoSink) update(ctx context.Context, envs []Envelope, idx []int) ([]i
 	if err != nil {
 		return nil, fmt.Errorf("envelope: updating %d recaptured envelopes: %w", len(idx), err)
 	}
-	if err := acked(res.Acknowledged); err != nil {
+	if err := s.acked(res.Acknowledged); err != nil {
 		return nil, err
 	}
 	if res.MatchedCount >= int64(len(idx)) {

@@ -499,7 +499,12 @@ type indexInfo struct {
 }
 
 func (s *setup) listIndexes(ctx context.Context) ([]indexInfo, error) {
-	cur, err := s.db.Collection(s.name).Indexes().List(ctx)
+	return listIndexes(ctx, s.db.Collection(s.name))
+}
+
+// listIndexes returns the indexes of coll.
+func listIndexes(ctx context.Context, coll *mongo.Collection) ([]indexInfo, error) {
+	cur, err := coll.Indexes().List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("envelope: listIndexes: %w", err)
 	}

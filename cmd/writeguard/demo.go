@@ -96,7 +96,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		defer func() {
 			if err := shutdown(context.Background()); err != nil {
-				fmt.Fprintf(stderr, "writeguard demo: trace: %v\n", err)
+				fmt.Fprintf(stderr, "writeguard demo: trace: %s\n", scrubbed(err.Error()))
 			}
 		}()
 		cfg.Hooks = []hooks.Hooks{h}
@@ -104,7 +104,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	res, err := demo.Run(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
-			fmt.Fprintf(stderr, "writeguard demo: interrupted before the writes started (%v)\n", err)
+			fmt.Fprintf(stderr, "writeguard demo: interrupted before the writes started (%s)\n", scrubbed(err.Error()))
 			return exitFail
 		}
 		return failure(stderr, "demo", err)

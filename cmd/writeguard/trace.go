@@ -22,11 +22,12 @@ import (
 // installed globally, so the embedded FerretDB's own spans stay out.
 // shutdown flushes and closes the file.
 func startTrace(path string) (hooks.Hooks, func(context.Context) error, error) {
-	f, err := os.Create(path)
+	// 0600: spans carry error messages, which can quote documents' values.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return hooks.Hooks{}, nil, fmt.Errorf("trace: %w", err)
 	}
-	exp, err := stdouttrace.New(stdouttrace.WithWriter(f), stdouttrace.WithPrettyPrint())
+	exp, err := stdouttrace.New(stdouttrace.WithWriter(scrub.Writer(f)), stdouttrace.WithPrettyPrint())
 	if err != nil {
 		f.Close()
 		return hooks.Hooks{}, nil, fmt.Errorf("trace: %w", err)

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard/cmd/writeguard/embedded"
+	"github.com/writeguard/writeguard/cmd/writeguard/internal/redact"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 )
 
@@ -108,7 +108,9 @@ func Open(ctx context.Context, opts Options) (*Conn, error) {
 			_ = client.Disconnect(context.Background())
 		}
 		c.closeServer()
-		return nil, fmt.Errorf("connect to %s: %w", redact(uri), err)
+		var sc redact.Scrubber
+		sc.AddURI(uri)
+		return nil, sc.Error(fmt.Errorf("connect to %s: %w", redact.URI(uri), err))
 	}
 	c.Client = client
 	return c, nil
@@ -143,15 +145,6 @@ func (c *Conn) closeServer() error {
 		errs = append(errs, c.srv.Close(ctx))
 	}
 	return errors.Join(errs...)
-}
-
-// redact hides a password in a URI.
-func redact(uri string) string {
-	u, err := url.Parse(uri)
-	if err != nil {
-		return "the server"
-	}
-	return u.Redacted()
 }
 
 // Counter counts started commands by name. Safe for concurrent use.
