@@ -50,7 +50,8 @@ type Summary struct {
 	Envelopes int64
 	Attempts  int64
 
-	// ByStatus groups them by status (pending, replayed, discarded).
+	// ByStatus groups them by status (pending, replayed, discarded,
+	// quarantined).
 	ByStatus []Group
 	// ByKeyword groups them by failing keyword (failing_keywords: the
 	// leaf JSON Schema keywords and query operators of errInfo).
@@ -64,6 +65,14 @@ type Summary struct {
 
 	// Pending is the number of selected envelopes with status pending.
 	Pending int64
+	// Quarantined is the number of selected envelopes with status
+	// quarantined (replay failed on them too often: see
+	// StatusQuarantined).
+	Quarantined int64
+	// Held is the number of selected pending envelopes that replay holds
+	// for an operator (FieldReplayHold set: an update, replace or delete
+	// whose replay was in flight when its runner died).
+	Held int64
 	// OldestPending is the first_seen of the oldest selected pending
 	// envelope, and OldestPendingAge its age at the time of the call;
 	// both zero when no pending envelope is selected.
@@ -81,6 +90,7 @@ type statsRow struct {
 	Namespace       string    `bson:"namespace"`
 	FirstSeen       time.Time `bson:"first_seen"`
 	Attempts        int64     `bson:"attempts"`
+	ReplayHold      string    `bson:"replay_hold"`
 }
 
 // Stats summarises the envelopes of dlq that f selects (every status when
@@ -105,6 +115,7 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 		{Key: "_id", Value: 0}, {Key: "status", Value: 1}, {Key: "failing_keywords", Value: 1},
 		{Key: "failing_paths", Value: 1}, {Key: "code", Value: 1}, {Key: "code_name", Value: 1},
 		{Key: "namespace", Value: 1}, {Key: "first_seen", Value: 1}, {Key: "attempts", Value: 1},
+		{Key: FieldReplayHold, Value: 1},
 	}
 	cur, err := dlq.Find(ctx, q, options.Find().SetProjection(proj).SetBatchSize(10000))
 	if err != nil {
@@ -143,8 +154,14 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 		}
 		cg.Envelopes++
 		cg.Attempts += r.Attempts
+		if r.Status == StatusQuarantined {
+			st.Quarantined++
+		}
 		if r.Status == StatusPending {
 			st.Pending++
+			if r.ReplayHold != "" {
+				st.Held++
+			}
 			if !r.FirstSeen.IsZero() && (st.OldestPending.IsZero() || r.FirstSeen.Before(st.OldestPending)) {
 				st.OldestPending = r.FirstSeen
 			}
