@@ -143,8 +143,8 @@ func hasIDCondition(filter any) bool {
 		return v.Type != bson.TypeRegex // a regular expression matches many
 	}
 	elems, err := doc.Elements()
-	if err != nil || len(elems) == 0 {
-		return isDoc && err == nil // {_id: {}} is an equality on an empty document
+	if err != nil {
+		return false
 	}
 	operators := 0
 	for _, el := range elems {
