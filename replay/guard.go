@@ -77,6 +77,16 @@ func refusedNamespace(ns string, dlq, leases *mongo.Collection) string {
 	return ""
 }
 
+// RefusedNamespace returns why replay never writes into ns
+// ("<database>.<collection>"), whatever the operator names, or "": a
+// malformed namespace, the admin, local or config database, a system
+// collection ("system.*"), or dlq (the dead-letter collection) or one of
+// its side collections ("<dlq>_*", the lease collection among them).
+// dlq may be nil.
+func RefusedNamespace(ns string, dlq *mongo.Collection) string {
+	return refusedNamespace(ns, dlq, nil)
+}
+
 // quote quotes a namespace for a reason, cut to 120 bytes (a forged one
 // can be long).
 func quote(ns string) string {
