@@ -574,3 +574,80 @@ func TestDLReplayProcessKilledMidBatch(t *testing.T) {
 		t.Errorf("dlq stats: %v %s; want 1 pending, 1 held", err, out)
 	}
 }
+
+// TestDLReplayCommandRefusesForgedEnvelopes: "writeguard dlq replay" on a
+// DLQ holding envelopes anyone who can write it could have forged: one
+// aimed at admin.system.users (a root user), an _id-less deleteMany {} in
+// the named namespace, and an insert into a namespace not named with
+// --into. It writes the one legitimate envelope, refuses the others
+// (counted, each with its id and reason, left pending with the reason
+// recorded), says so and exits 3; admin.system.users and the target's
+// documents are untouched. (It used to write the user into
+// admin.system.users, and run the deleteMany.)
+func TestDLReplayCommandRefusesForgedEnvelopes(t *testing.T) {
+	b := newDLBed(t, nil)
+	if _, err := b.ddb.Collection(dlTarget).InsertOne(b.ctx, dlDoc("_id", "keep", "qty", int32(1))); err != nil {
+		t.Fatal(err)
+	}
+	users := b.direct.Database("admin").Collection("system.users")
+	mallory := "mallory-" + b.dbName
+	user, _ := bson.Marshal(dlDoc("_id", "admin."+mallory, "user", mallory, "db", "admin",
+		"roles", bson.A{dlDoc("role", "root", "db", "admin")}))
+	good, _ := bson.Marshal(dlDoc("_id", "good", "qty", int32(2)))
+	other, _ := bson.Marshal(dlDoc("_id", "elsewhere", "qty", int32(2)))
+	if err := b.sink.Put(b.ctx, []envelope.Envelope{
+		{Original: user, Code: 121, Namespace: "admin.system.users", Operation: "insertOne", BatchIndex: 0},
+		dlModelEnvelope(t, b.ns(), "deleteMany", dlDoc("filter", bson.D{}), 1),
+		{Original: good, Code: 121, Namespace: b.ns(), Operation: "insertOne", BatchIndex: 2},
+		{Original: other, Code: 121, Namespace: b.dbName + ".other", Operation: "insertOne", BatchIndex: 3},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := dlStartReplay(t, b, "replay", dlServer.URI(), "--into", b.ns(), "--no-validator")
+	code := p.wait(t, 60*time.Second)
+	var rep dlReplayReport
+	if err := json.Unmarshal([]byte(p.stdout.String()), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, p.stdout.String())
+	}
+	var sum replay.Result
+	reasons := map[string]bool{}
+	for _, ns := range rep.Namespaces {
+		sum.Replayed += ns.Replayed
+		sum.Refused += ns.Refused
+		for _, pr := range ns.Problems {
+			if pr.Outcome == "refused" && pr.EnvelopeID.Type != 0 {
+				reasons[pr.Reason] = true
+			}
+		}
+	}
+	t.Logf("exit %d, %d replayed, %d refused, reasons %v\nstderr: %s", code, sum.Replayed, sum.Refused, reasons, p.stderr.String())
+	if code != 3 || sum.Replayed != 1 || sum.Refused != 3 || !strings.Contains(p.stderr.String(), "3 envelopes refused") {
+		t.Errorf("exit %d, %d replayed, %d refused; want 3, 1, 3 and a word on stderr", code, sum.Replayed, sum.Refused)
+	}
+	for _, want := range []string{
+		`target namespace "admin.system.users" is in the admin database, which replay never writes`,
+		"deleteMany not allowed (allowed: inserts; WithOperations, --allow)",
+		`target namespace "` + b.dbName + `.other" not named for this replay (WithInto, --into)`,
+	} {
+		if !reasons[want] {
+			t.Errorf("no refusal %q", want)
+		}
+	}
+	if n, err := users.CountDocuments(b.ctx, bson.D{{Key: "user", Value: mallory}}); err != nil || n != 0 {
+		t.Errorf("admin.system.users holds %d forged users (%v)", n, err)
+	}
+	if n := b.count(dlTarget, bson.D{}); n != 2 {
+		t.Errorf("target holds %d documents, want 2 (keep and good)", n)
+	}
+	if n := b.count("other", bson.D{}); n != 0 {
+		t.Errorf("%s.other holds %d documents, want 0", b.dbName, n)
+	}
+	for _, e := range b.stored(bson.D{{Key: "status", Value: envelope.StatusPending}}) {
+		if !strings.HasPrefix(e.ReplayReason, "refused: ") {
+			t.Errorf("pending envelope %d: reason %q", e.BatchIndex, e.ReplayReason)
+		}
+	}
+	if n := b.count(dlDLQ, bson.D{{Key: "status", Value: envelope.StatusPending}}); n != 3 {
+		t.Errorf("%d envelopes pending, want the 3 refused", n)
+	}
+}
