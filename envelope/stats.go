@@ -253,6 +253,11 @@ var ErrEmptyFilter = errors.New("envelope: empty filter: refusing to discard eve
 // back to pending. Envelopes already discarded are left as they are.
 // It returns how many envelopes it marked, with one updateMany.
 //
+// Discard does not coordinate with a replay running on dlq: an envelope
+// a replay has just read may still be written after Discard marked it.
+// When replays may be running, use replay.Discard, which claims each
+// envelope first and leaves those a replay holds.
+//
 // It returns ErrEmptyFilter for a zero f, f's error (wrapping
 // ErrBadFilter), or the driver's.
 func Discard(ctx context.Context, dlq *mongo.Collection, f Filter) (int64, error) {
