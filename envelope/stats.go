@@ -50,7 +50,8 @@ type Summary struct {
 	Envelopes int64
 	Attempts  int64
 
-	// ByStatus groups them by status (pending, replayed, discarded).
+	// ByStatus groups them by status (pending, replayed, discarded,
+	// quarantined).
 	ByStatus []Group
 	// ByKeyword groups them by failing keyword (failing_keywords: the
 	// leaf JSON Schema keywords and query operators of errInfo).
@@ -64,6 +65,14 @@ type Summary struct {
 
 	// Pending is the number of selected envelopes with status pending.
 	Pending int64
+	// Quarantined is the number of selected envelopes with status
+	// quarantined (replay failed on them too often: see
+	// StatusQuarantined).
+	Quarantined int64
+	// Held is the number of selected pending envelopes that replay holds
+	// for an operator (FieldReplayHold set: an update, replace or delete
+	// whose replay was in flight when its runner died).
+	Held int64
 	// OldestPending is the first_seen of the oldest selected pending
 	// envelope, and OldestPendingAge its age at the time of the call;
 	// both zero when no pending envelope is selected.
@@ -108,6 +117,7 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 		{Key: "_id", Value: 1}, {Key: "status", Value: 1}, {Key: "failing_keywords", Value: 1},
 		{Key: "failing_paths", Value: 1}, {Key: "code", Value: 1}, {Key: "code_name", Value: 1},
 		{Key: "namespace", Value: 1}, {Key: "first_seen", Value: 1}, {Key: "attempts", Value: 1},
+		{Key: FieldReplayHold, Value: 1},
 	}
 	cur, err := dlq.Find(ctx, q, options.Find().SetProjection(proj).SetBatchSize(10000))
 	if err != nil {
@@ -137,7 +147,11 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 			Code                        int32
 			FirstSeen                   time.Time
 			Attempts                    int64
-		}{e.Status, e.CodeName, e.Namespace, e.Code, e.FirstSeen, int64(e.Attempts)}
+			ReplayHold                  string
+		}{e.Status, e.CodeName, e.Namespace, e.Code, e.FirstSeen, int64(e.Attempts), ""}
+		if v, ok := cur.Current.Lookup(FieldReplayHold).StringValueOK(); ok {
+			r.ReplayHold = v
+		}
 		if r.Attempts < 1 {
 			r.Attempts = 1
 		}
@@ -161,8 +175,14 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 		}
 		cg.Envelopes++
 		cg.Attempts += r.Attempts
+		if r.Status == StatusQuarantined {
+			st.Quarantined++
+		}
 		if r.Status == StatusPending {
 			st.Pending++
+			if r.ReplayHold != "" {
+				st.Held++
+			}
 			if !r.FirstSeen.IsZero() && (st.OldestPending.IsZero() || r.FirstSeen.Before(st.OldestPending)) {
 				st.OldestPending = r.FirstSeen
 			}
@@ -253,6 +273,11 @@ var ErrEmptyFilter = errors.New("envelope: empty filter: refusing to discard eve
 // discarded envelope is never replayed; a recapture of its payload puts it
 // back to pending. Envelopes already discarded are left as they are.
 // It returns how many envelopes it marked, with one updateMany.
+//
+// Discard does not coordinate with a replay running on dlq: an envelope
+// a replay has just read may still be written after Discard marked it.
+// When replays may be running, use replay.Discard, which claims each
+// envelope first and leaves those a replay holds.
 //
 // It returns ErrEmptyFilter for a zero f, f's error (wrapping
 // ErrBadFilter), or the driver's.
