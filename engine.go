@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/policy"
 )
@@ -55,6 +56,7 @@ type call struct {
 	ctx        context.Context // the operation context (hooks)
 	ordered    bool
 	idempotent bool
+	callOpts   envelope.CallOptions // the call's options an envelope keeps
 	items      []*item
 	send       func(ctx context.Context, batch []*item) (any, error)
 

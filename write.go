@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/policy"
 )
@@ -42,6 +43,7 @@ func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.L
 		return res, err
 	}
 	c := g.newCall("insertOne", true)
+	c.callOpts, _ = envelope.InsertOneCallOptions(opts...) // the driver reports a bad option itself
 	c.newItems(1)
 	c.prepareDoc(c.items[0], document)
 	c.send = func(ctx context.Context, batch []*item) (any, error) {
@@ -103,6 +105,7 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 		return nil, err
 	}
 	c := g.newCall("insertMany", ordered)
+	c.callOpts, _ = envelope.InsertManyCallOptions(opts...) // the driver reports a bad option itself
 	c.newItems(dv.Len())
 	docs := make([]any, dv.Len())
 	for i := range docs {
@@ -176,6 +179,7 @@ func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts
 		return nil, err
 	}
 	c := g.newCall("bulkWrite", ordered)
+	c.callOpts, _ = envelope.BulkWriteCallOptions(opts...) // the driver reports a bad option itself
 	c.op.Command = hooks.BulkCommand(models)
 	c.idempotent = idempotent(ctx)
 	c.newItems(len(models))

@@ -88,9 +88,9 @@ func (f Filter) Validate() error {
 	}
 	for _, s := range f.Statuses {
 		switch s {
-		case StatusPending, StatusReplayed, StatusDiscarded:
+		case StatusPending, StatusReplayed, StatusDiscarded, StatusQuarantined:
 		default:
-			return bad("status %q: want %q, %q or %q", s, StatusPending, StatusReplayed, StatusDiscarded)
+			return bad("status %q: want %q, %q, %q or %q", s, StatusPending, StatusReplayed, StatusDiscarded, StatusQuarantined)
 		}
 	}
 	for _, fp := range f.Fingerprints {

@@ -1,7 +1,6 @@
 package envelope
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -61,6 +60,9 @@ type sinkConfig struct {
 	redactErrInfo func(bson.Raw) bson.Raw
 	upsertRetries int
 	insertFirst   bool
+	fpKey         []byte
+	encrypted     map[string][]string // namespace → paths (WithEncryptedPaths)
+	plaintext     bool                // WithPlaintextEncryptedFields
 	now           func() time.Time
 	errs          []error
 }
@@ -300,14 +302,16 @@ func (s *MongoSink) Put(ctx context.Context, envs []Envelope) error {
 	if len(envs) == 0 {
 		return nil
 	}
-	merged := mergeByFingerprint(envs)
-	for i := range merged {
-		env, err := prepareForStore(merged[i], s.cfg)
+	prepared := make([]Envelope, len(envs))
+	for i := range envs {
+		env, err := prepareForStore(envs[i], s.cfg)
 		if err != nil {
 			return err
 		}
-		merged[i] = env
+		prepared[i] = env
 	}
+	// Merged after protect: the stored fingerprint is the one that counts.
+	merged := mergeByFingerprint(prepared)
 	unlock := s.lock(merged)
 	defer unlock()
 	if s.cfg.insertFirst {
@@ -536,12 +540,9 @@ func mergeByFingerprint(envs []Envelope) []Envelope {
 	return out
 }
 
-// prepareForStore applies the defaults, the redaction hooks and the size
-// limit to env.
+// prepareForStore applies the defaults, the withholding, the redaction
+// hooks, the fingerprint (protect) and the size limit to env.
 func prepareForStore(env Envelope, cfg sinkConfig) (Envelope, error) {
-	if env.SchemaVersion == 0 {
-		env.SchemaVersion = SchemaVersion
-	}
 	now := cfg.now().UTC().Truncate(time.Millisecond)
 	if env.FirstSeen.IsZero() {
 		env.FirstSeen = now
@@ -549,28 +550,10 @@ func prepareForStore(env Envelope, cfg sinkConfig) (Envelope, error) {
 	if env.LastSeen.IsZero() {
 		env.LastSeen = env.FirstSeen
 	}
-	if env.FailingKeywords == nil {
-		env.FailingKeywords = FailingKeywords(env.ErrInfo)
-	}
-	if env.FailingPaths == nil {
-		env.FailingPaths = FailingPaths(env.ErrInfo)
-	}
 	env.Status = StatusPending
-	if cfg.redact != nil {
-		red, err := applyRedact(cfg.redact, env.Original)
-		if err != nil {
-			return env, fmt.Errorf("envelope: redaction hook for fingerprint %s: %w", env.Fingerprint, err)
-		}
-		if !bytes.Equal(red, env.Original) {
-			env.Original, env.OriginalRedacted = red, true
-		}
-	}
-	if cfg.redactErrInfo != nil && len(env.ErrInfo) > 0 {
-		red, err := applyRedact(cfg.redactErrInfo, env.ErrInfo)
-		if err != nil {
-			return env, fmt.Errorf("envelope: errInfo redaction hook for fingerprint %s: %w", env.Fingerprint, err)
-		}
-		env.ErrInfo = red
+	env, err := protect(env, cfg)
+	if err != nil {
+		return env, err
 	}
 	return fitEnvelope(env, MaxEnvelopeSize), nil
 }
@@ -687,11 +670,24 @@ func truncateDocument(doc bson.Raw, budget int) (bson.Raw, []string) {
 }
 
 // insertFields returns the fields of env set only when its envelope is
-// created (a recapture leaves them alone), in stored order.
+// created (a recapture leaves them alone), in stored order. original,
+// err_info and call_options are sub-documents, or exact bytes in
+// <name>_raw when the server would refuse them (subdocumentRefusal; listed
+// in binary).
 func insertFields(env Envelope) bson.D {
+	var binary []BinaryField
 	d := bson.D{
 		{Key: "schema_version", Value: int32(env.SchemaVersion)},
-		{Key: "original", Value: rawOrEmpty(env.Original)},
+	}
+	if env.FingerprintScheme != "" {
+		d = append(d, bson.E{Key: "fingerprint_scheme", Value: env.FingerprintScheme})
+	}
+	if env.Kind != "" {
+		d = append(d, bson.E{Key: "kind", Value: env.Kind})
+	}
+	d = append(d, docElem("original", rawOrEmpty(env.Original), &binary))
+	if len(env.CallOptions) > 0 {
+		d = append(d, docElem("call_options", env.CallOptions, &binary))
 	}
 	if env.OriginalTruncated {
 		d = append(d, bson.E{Key: "original_truncated", Value: true}, bson.E{Key: "original_size", Value: int64(env.OriginalSize)})
@@ -702,12 +698,18 @@ func insertFields(env Envelope) bson.D {
 	if env.OriginalRedacted {
 		d = append(d, bson.E{Key: "original_redacted", Value: true})
 	}
+	if len(env.Withheld) > 0 {
+		d = append(d, bson.E{Key: "withheld", Value: env.Withheld})
+	}
+	if env.WithheldNote != "" {
+		d = append(d, bson.E{Key: "withheld_note", Value: env.WithheldNote})
+	}
 	if env.DocumentID.Type != 0 {
 		d = append(d, bson.E{Key: "document_id", Value: env.DocumentID})
 	}
 	d = append(d, bson.E{Key: "id_assigned", Value: env.IDAssigned})
 	if len(env.ErrInfo) > 0 {
-		d = append(d, bson.E{Key: "err_info", Value: env.ErrInfo})
+		d = append(d, docElem("err_info", env.ErrInfo, &binary))
 	}
 	d = append(d,
 		bson.E{Key: "failing_keywords", Value: nonNil(env.FailingKeywords)},
@@ -732,6 +734,12 @@ func insertFields(env Envelope) bson.D {
 	}
 	if env.SpanID != "" {
 		d = append(d, bson.E{Key: "span_id", Value: env.SpanID})
+	}
+	if len(env.Cut) > 0 {
+		d = append(d, bson.E{Key: "cut", Value: env.Cut})
+	}
+	if len(binary) > 0 {
+		d = append(d, bson.E{Key: "binary", Value: binary})
 	}
 	return d
 }
@@ -783,10 +791,9 @@ func StoredDocument(env Envelope, opts ...SinkOption) (bson.Raw, error) {
 	if err := cfg.err(); err != nil {
 		return nil, err
 	}
-	merged := mergeByFingerprint([]Envelope{env})
-	e, err := prepareForStore(merged[0], cfg)
+	e, err := prepareForStore(env, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return bson.Marshal(storedFields(e))
+	return bson.Marshal(storedFields(mergeByFingerprint([]Envelope{e})[0]))
 }

@@ -347,8 +347,13 @@ func TestRedact(t *testing.T) {
 	if !lookup(t, doc, "original_redacted").Boolean() {
 		t.Error("original_redacted not set")
 	}
-	if lookup(t, doc, "fingerprint").StringValue() != wantFP {
-		t.Error("fingerprint changed by redaction")
+	// A redacted original gets the fingerprint of what is stored
+	// (SchemeStored), never that of the unredacted payload.
+	if fp := lookup(t, doc, "fingerprint").StringValue(); fp == wantFP || fp != StoredFingerprint(stored) {
+		t.Errorf("fingerprint %s: want StoredFingerprint of the stored original, not %s", fp, wantFP)
+	}
+	if lookup(t, doc, "fingerprint_scheme").StringValue() != SchemeStored {
+		t.Error("fingerprint_scheme not sha256-stored")
 	}
 	if !bytes.Equal(env.Original, before) {
 		t.Error("the hook modified the caller's original")

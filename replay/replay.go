@@ -383,8 +383,18 @@ func (r *runner) read(ctx context.Context, q bson.D, n int) ([]stored, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replay: reading the dead-letter collection: %w", err)
 	}
+	defer cur.Close(ctx)
 	var out []stored
-	if err := cur.All(ctx, &out); err != nil {
+	for cur.Next(ctx) {
+		// envelope.Decode: any format, binary originals included.
+		env, err := envelope.Decode(cur.Current)
+		if err != nil {
+			return nil, fmt.Errorf("replay: reading the dead-letter collection: %w", err)
+		}
+		id := cur.Current.Lookup("_id")
+		out = append(out, stored{ID: bson.RawValue{Type: id.Type, Value: append([]byte(nil), id.Value...)}, Envelope: env})
+	}
+	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("replay: reading the dead-letter collection: %w", err)
 	}
 	return out, nil
@@ -450,6 +460,7 @@ func (o outcome) String() string { return outcomeNames[o] }
 type entry struct {
 	env    *stored
 	model  mongo.WriteModel
+	call   string // the envelope's call_options bytes: entries are sent grouped by them
 	insert bool
 	docID  bson.RawValue
 	out    outcome
@@ -459,12 +470,22 @@ type entry struct {
 
 // prepare turns a batch into entries and returns those to send (the
 // others are skipped).
-func (r *runner) prepare(envs []stored) (entries, send []*entry) {
+func (r *runner) prepare(ctx context.Context, envs []stored) (entries, send []*entry) {
 	entries = make([]*entry, len(envs))
 	for i := range envs {
-		e := &entry{env: &envs[i]}
+		e := &entry{env: &envs[i], call: string(envs[i].CallOptions)}
 		entries[i] = e
-		m, insert, reason := buildModel(&envs[i].Envelope, r.cfg.redacted)
+		env := &envs[i].Envelope
+		if len(env.Withheld) > 0 && r.cfg.withheld != nil {
+			supplied, reason := supplyWithheld(ctx, r.cfg.withheld, env)
+			if reason != "" {
+				e.out, e.reason = outSkipped, reason
+				continue
+			}
+			env = supplied
+			envs[i].Original = supplied.Original // the duplicate-key read-back compares with it
+		}
+		m, insert, reason := buildModel(env, r.cfg.redacted)
 		if reason != "" {
 			e.out, e.reason = outSkipped, reason
 			continue
@@ -479,32 +500,55 @@ func (r *runner) prepare(envs []stored) (entries, send []*entry) {
 }
 
 func (r *runner) batch(ctx context.Context, envs []stored) error {
-	entries, send := r.prepare(envs)
+	entries, send := r.prepare(ctx, envs)
 	var writeErr error
-	if len(send) > 0 {
-		models := make([]mongo.WriteModel, len(send))
-		for i, e := range send {
+	for _, group := range byCallOptions(send) {
+		models := make([]mongo.WriteModel, len(group))
+		for i, e := range group {
 			models[i] = e.model
 		}
-		_, writeErr = r.target.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
-		classify(send, writeErr)
-		resolveDuplicates(ctx, r.target, send)
+		opts, _, err := envelope.ParseCallOptions(bson.Raw(group[0].call))
+		if err != nil {
+			for _, e := range group {
+				e.out, e.reason = outSkipped, "call options not replayable: "+err.Error()
+			}
+			continue
+		}
+		if opts == nil {
+			opts = options.BulkWrite()
+		}
+		// Unordered: each envelope is one write of its own (see
+		// envelope.CallOptions).
+		_, err = r.target.BulkWrite(ctx, models, opts.SetOrdered(false))
+		if err != nil {
+			writeErr = err
+		}
+		classify(group, err)
+		resolveDuplicates(ctx, r.target, group)
 	}
 	if err := r.mark(ctx, entries); err != nil {
 		return err
 	}
-	failed := 0
+	failed, sent := 0, 0
 	for _, e := range send {
+		if e.out != outSkipped {
+			sent++
+		}
 		if e.out == outFailed {
 			failed++
 		}
 	}
-	if len(send) > 0 && failed == len(send) {
+	if sent > 0 && failed == sent {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if writeErr == nil {
-			writeErr = errors.New(send[0].reason)
+			for _, e := range send {
+				if e.out == outFailed {
+					writeErr = errors.New(e.reason)
+					break
+				}
+			}
 		}
 		return fmt.Errorf("replay: every write of batch %d failed; stopping: %w", r.res.Batches, writeErr)
 	}
@@ -651,4 +695,40 @@ func (r *runner) writeMarks(ctx context.Context, now time.Time, replayed, invali
 		_, err := r.dlq.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 		return err
 	})
+}
+
+// byCallOptions splits entries into groups of equal call options, in
+// order of first appearance.
+func byCallOptions(entries []*entry) [][]*entry {
+	var groups [][]*entry
+	at := map[string]int{}
+	for _, e := range entries {
+		i, ok := at[e.call]
+		if !ok {
+			i = len(groups)
+			at[e.call] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], e)
+	}
+	return groups
+}
+
+// supplyWithheld asks the caller's function for the complete original of
+// an envelope with withheld fields and checks that it holds them all. It
+// returns a copy of env carrying it, or why the envelope is skipped.
+func supplyWithheld(ctx context.Context, f WithheldFunc, env *envelope.Envelope) (*envelope.Envelope, string) {
+	doc, err := f(ctx, *env)
+	if err != nil {
+		return nil, "withheld fields not supplied: " + err.Error()
+	}
+	if err := doc.Validate(); err != nil {
+		return nil, "supplied original is not valid BSON: " + err.Error()
+	}
+	if err := envelope.MissingWithheld(env, doc); err != nil {
+		return nil, err.Error()
+	}
+	out := *env
+	out.Original, out.Withheld = doc, nil
+	return &out, ""
 }
