@@ -14,7 +14,8 @@ import (
 // model, from which New builds its envelope.
 type Capture struct {
 	// Document is an insert's document as marshalled for the write (with
-	// its _id); ignored when Model is an update, replace or delete.
+	// its _id); ignored when Model is an update, replace or delete. An
+	// InsertOneModel without it keeps its own document.
 	Document bson.Raw
 	// Model is the caller's write model, nil for InsertOne/InsertMany.
 	Model mongo.WriteModel
@@ -49,7 +50,7 @@ type Capture struct {
 func New(c Capture) Envelope {
 	kind, original := KindInsertOne, c.Document
 	if c.Model != nil {
-		if _, ok := c.Model.(*mongo.InsertOneModel); !ok {
+		if _, insert := c.Model.(*mongo.InsertOneModel); !insert || len(c.Document) == 0 {
 			var err error
 			if kind, original, err = ModelDocument(c.Model); err != nil {
 				kind = ""

@@ -87,7 +87,7 @@ func ModelDocument(m mongo.WriteModel) (kind string, doc bson.Raw, err error) {
 		addIf(modelArrayFilters, mm.ArrayFilters, mm.ArrayFilters != nil)
 		addIf(modelCollation, collationDoc(mm.Collation), mm.Collation != nil)
 		addIf(modelHint, mm.Hint, mm.Hint != nil)
-		addIf(modelUpsert, deref(mm.Upsert), mm.Upsert != nil)
+		addIf(modelUpsert, boolOrNil(mm.Upsert), mm.Upsert != nil)
 		addIf(modelSort, mm.Sort, mm.Sort != nil)
 	case *mongo.UpdateManyModel:
 		if mm == nil {
@@ -100,7 +100,7 @@ func ModelDocument(m mongo.WriteModel) (kind string, doc bson.Raw, err error) {
 		addIf(modelArrayFilters, mm.ArrayFilters, mm.ArrayFilters != nil)
 		addIf(modelCollation, collationDoc(mm.Collation), mm.Collation != nil)
 		addIf(modelHint, mm.Hint, mm.Hint != nil)
-		addIf(modelUpsert, deref(mm.Upsert), mm.Upsert != nil)
+		addIf(modelUpsert, boolOrNil(mm.Upsert), mm.Upsert != nil)
 	case *mongo.ReplaceOneModel:
 		if mm == nil {
 			return "", nil, errors.New("envelope: nil replaceOne model")
@@ -111,7 +111,7 @@ func ModelDocument(m mongo.WriteModel) (kind string, doc bson.Raw, err error) {
 		add(modelReplacement, mm.Replacement)
 		addIf(modelCollation, collationDoc(mm.Collation), mm.Collation != nil)
 		addIf(modelHint, mm.Hint, mm.Hint != nil)
-		addIf(modelUpsert, deref(mm.Upsert), mm.Upsert != nil)
+		addIf(modelUpsert, boolOrNil(mm.Upsert), mm.Upsert != nil)
 		addIf(modelSort, mm.Sort, mm.Sort != nil)
 	case *mongo.DeleteOneModel:
 		if mm == nil {
@@ -141,7 +141,12 @@ func ModelDocument(m mongo.WriteModel) (kind string, doc bson.Raw, err error) {
 	return kind, raw, nil
 }
 
-func deref(b *bool) bool { return *b }
+func boolOrNil(b *bool) any {
+	if b == nil {
+		return nil
+	}
+	return *b
+}
 
 // asRaw turns the byte-slice document forms the driver takes as they are
 // ([]byte, bsoncore.Document) into bson.Raw, which bson.Marshal also
