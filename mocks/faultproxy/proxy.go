@@ -144,6 +144,7 @@ type Proxy struct {
 	connIDs    atomic.Int64
 	txns       *txnTable     // retryable-write records (replica-set mode)
 	failPoints *failPoints   // configureFailPoint state
+	vlog       validationLog // validation failures logged (warn, errorAndLog)
 	procID     bson.ObjectID // topologyVersion.processId (replica-set mode)
 
 	topoMu      sync.Mutex
@@ -549,6 +550,9 @@ func (s *session) handleMsg(m *message) error {
 			}()
 		}
 	}
+	if done, err := s.collMod(x); done {
+		return err
+	}
 	s.fireScript(x)
 	if x.rsHello && !x.fired {
 		return s.serveHello(x.cmd, m.requestID, om.exhaustAllowed())
@@ -619,7 +623,7 @@ func (s *session) fireScript(x *exchange) {
 		s.p.topologyEvent()
 	}
 	if x.cmd.Name == "insert" {
-		x.validator = script.validator(x.cmd.Namespace)
+		x.validator = s.insertValidation(x, script)
 	}
 }
 
