@@ -278,6 +278,9 @@ const (
 //     238 NotImplemented, nothing created) gets a plain create and a
 //     collMod; if that is refused too the validator is unsupported and the
 //     collection is still created.
+//   - sharding (on a mongos only): whether the collection is sharded and,
+//     if so, whether the unique fingerprint index can hold
+//     (FeatureSharding, sharded.go).
 //   - fingerprint_index: a unique index on {fingerprint: 1}, required (an
 //     error when it cannot be had): it makes MongoSink's upserts race-safe.
 //     An existing non-unique index on those keys is reported as failed
@@ -330,6 +333,9 @@ func EnsureCollection(ctx context.Context, db *mongo.Database, name string, opts
 	s := setup{db: db, name: name, cfg: cfg, rep: &rep}
 	if err := s.collection(ctx); err != nil {
 		return rep, err
+	}
+	if r := s.sharding(ctx); r.Detail != notMongos { // sharded.go
+		rep.add(r)
 	}
 	if err := s.indexes(ctx); err != nil {
 		return rep, err
