@@ -307,8 +307,9 @@ func TestPrepareFailures(t *testing.T) {
 	}
 }
 
-// An update model rejected by the validator is dead-lettered with its
-// parts as canonical Extended JSON, which keeps $-prefixed keys storable.
+// An update model rejected by the validator is dead-lettered whole
+// (format 2: envelope.ModelDocument, every option of the model), with
+// the call's options, and rebuilds into the same model.
 func TestDeadLetteredModelEnvelope(t *testing.T) {
 	fake := mocks.NewFake("db.models").Validator(func(doc bson.Raw) (bson.Raw, bool) {
 		_, err := doc.LookupErr("qty")
@@ -318,24 +319,29 @@ func TestDeadLetteredModelEnvelope(t *testing.T) {
 	fx := newFixture(t, fake)
 	_, err := fx.g.BulkWrite(ctx, []mongo.WriteModel{
 		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: "k"}}).
-			SetUpdate(bson.D{{Key: "$unset", Value: bson.D{{Key: "qty", Value: ""}}}}).SetUpsert(true),
-	})
+			SetUpdate(bson.D{{Key: "$unset", Value: bson.D{{Key: "qty", Value: ""}}}}).SetUpsert(true).
+			SetHint("k_1").SetCollation(&options.Collation{Locale: "en", Strength: 2}),
+	}, options.BulkWrite().SetLet(bson.D{{Key: "v", Value: int32(1)}}).SetBypassDocumentValidation(false))
 	if !errors.Is(err, writeguard.ErrDeadLettered) {
 		t.Fatalf("err = %v, want the update dead-lettered", err)
 	}
 	env := fx.sink.Envelopes()[0]
-	if op := env.Original.Lookup("op").StringValue(); op != "updateOne" {
-		t.Errorf("op %q", op)
+	if env.Kind != envelope.KindUpdateOne || env.Original.Lookup("op").StringValue() != "updateOne" {
+		t.Errorf("kind %q, original %s", env.Kind, env.Original)
 	}
-	var parts bson.Raw
-	if err := bson.UnmarshalExtJSON([]byte(env.Original.Lookup("model").StringValue()), true, &parts); err != nil {
+	if _, err := env.Original.LookupErr("update", "$unset", "qty"); err != nil || !env.Original.Lookup("upsert").Boolean() ||
+		env.Original.Lookup("hint").StringValue() != "k_1" || env.Original.Lookup("collation", "strength").Int32() != 2 {
+		t.Errorf("original %s lacks the update, upsert, hint or collation", env.Original)
+	}
+	if env.CallOptions.Lookup("let", "v").Int32() != 1 || env.CallOptions.Lookup("bypassDocumentValidation").Boolean() {
+		t.Errorf("call options %s", env.CallOptions)
+	}
+	m, err := envelope.ParseModel(env.Kind, env.Original)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := parts.LookupErr("update", "$unset", "qty"); err != nil || !parts.Lookup("upsert").Boolean() {
-		t.Errorf("model parts %s lack the update or upsert", parts)
-	}
-	if elems, _ := env.Original.Elements(); len(elems) != 2 {
-		t.Errorf("original %s: want only op and model, no $-prefixed keys", env.Original)
+	if um, ok := m.(*mongo.UpdateOneModel); !ok || um.Hint == nil || um.Collation.Locale != "en" || !*um.Upsert {
+		t.Errorf("rebuilt %#v", m)
 	}
 }
 

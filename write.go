@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/internal/engine"
 )
@@ -85,7 +86,11 @@ func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.L
 			return g.target.InsertOne(ctx, document, opts...)
 		},
 		inputs:  func() (int, bool, error) { return 1, true, nil },
-		prepare: func(_ context.Context, c *engine.Call) error { c.PrepareDocs([]any{document}); return nil },
+		prepare: func(_ context.Context, c *engine.Call) error {
+			c.SetCallOptions(envelope.InsertOneCallOptions(opts...))
+			c.PrepareDocs([]any{document})
+			return nil
+		},
 		send: func(ctx context.Context, b engine.Batch) (any, error) {
 			res, err := g.target.InsertOne(ctx, b.Doc(0), opts...)
 			if res != nil && !res.Acknowledged {
@@ -135,6 +140,7 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 			return dv.Len(), ordered, err
 		},
 		prepare: func(_ context.Context, c *engine.Call) error {
+			c.SetCallOptions(envelope.InsertManyCallOptions(opts...))
 			docs := make([]any, dv.Len())
 			for i := range docs {
 				docs[i] = dv.Index(i).Interface()
@@ -203,6 +209,7 @@ func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts
 		prepare: func(ctx context.Context, c *engine.Call) error {
 			c.SetCommand(hooks.BulkCommand(models))
 			c.SetIdempotent(idempotent(ctx))
+			c.SetCallOptions(envelope.BulkWriteCallOptions(opts...))
 			return c.PrepareModels(models)
 		},
 		send: func(ctx context.Context, b engine.Batch) (any, error) {

@@ -90,8 +90,10 @@ func IDString(id bson.RawValue) string {
 // collection, as MongoSink writes it). A document whose field has the
 // wrong BSON type, or that is not valid BSON, gives a *DecodeError naming
 // its _id and the field (the first such field in document order); the
-// other envelopes of a batch are not affected. Fields Envelope does not
-// know are ignored.
+// other envelopes of a batch are not affected. An original, errInfo or
+// call options kept as exact bytes (original_raw, ...) are read back into
+// Original, ErrInfo and CallOptions. Fields Envelope does not know are
+// ignored.
 func Decode(raw bson.Raw) (Envelope, error) {
 	var env Envelope
 	id, _ := raw.LookupErr("_id")
@@ -100,6 +102,9 @@ func Decode(raw bson.Raw) (Envelope, error) {
 	}
 	err := bson.Unmarshal(raw, &env)
 	if err == nil {
+		if derr := decodeExact(raw, &env); derr != nil {
+			return Envelope{}, derr
+		}
 		return env, nil
 	}
 	if derr := findBadField(raw, id); derr != nil {

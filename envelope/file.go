@@ -217,35 +217,11 @@ func (s *FileSink) endsWithNewline() bool {
 }
 
 func (s *FileSink) prepare(env Envelope) (Envelope, error) {
-	if env.Fingerprint == "" {
-		env.Fingerprint = Fingerprint(env.Original, env.IDAssigned)
-	}
-	if env.SchemaVersion == 0 {
-		env.SchemaVersion = SchemaVersion
-	}
-	if env.Attempts < 1 {
-		env.Attempts = 1
-	}
 	if env.Status == "" {
 		env.Status = StatusPending
 	}
-	if s.cfg.redact != nil {
-		red, err := applyRedact(s.cfg.redact, env.Original)
-		if err != nil {
-			return env, fmt.Errorf("envelope: redaction hook for fingerprint %s: %w", env.Fingerprint, err)
-		}
-		if !bytes.Equal(red, env.Original) {
-			env.Original, env.OriginalRedacted = red, true
-		}
-	}
-	if s.cfg.redactErrInfo != nil && len(env.ErrInfo) > 0 {
-		red, err := applyRedact(s.cfg.redactErrInfo, env.ErrInfo)
-		if err != nil {
-			return env, fmt.Errorf("envelope: errInfo redaction hook for fingerprint %s: %w", env.Fingerprint, err)
-		}
-		env.ErrInfo = red
-	}
-	return env, nil
+	// The same withholding, redaction and fingerprint as MongoSink.
+	return protect(env, s.cfg)
 }
 
 // Close closes the file. Later Puts return ErrClosed; Close is idempotent.
@@ -266,11 +242,14 @@ type fileLine struct {
 	Original   json.RawMessage `json:"original"`
 	ErrInfo    json.RawMessage `json:"err_info,omitempty"`
 	DocumentID json.RawMessage `json:"document_id,omitempty"`
+	// CallOptions is Envelope.CallOptions (format 2).
+	CallOptions json.RawMessage `json:"call_options,omitempty"`
 	// The exact bytes, when the Extended JSON above would not give them
 	// back (see FileSink).
-	OriginalBSON   []byte `json:"original_bson,omitempty"`
-	ErrInfoBSON    []byte `json:"err_info_bson,omitempty"`
-	DocumentIDBSON []byte `json:"document_id_bson,omitempty"`
+	OriginalBSON    []byte `json:"original_bson,omitempty"`
+	ErrInfoBSON     []byte `json:"err_info_bson,omitempty"`
+	DocumentIDBSON  []byte `json:"document_id_bson,omitempty"`
+	CallOptionsBSON []byte `json:"call_options_bson,omitempty"`
 }
 
 // MarshalLine returns env as one line of a FileSink file (without the
@@ -288,6 +267,11 @@ func MarshalLine(env Envelope) ([]byte, error) {
 	if len(env.ErrInfo) > 0 {
 		if l.ErrInfo, l.ErrInfoBSON, err = docField(env.ErrInfo); err != nil {
 			return nil, fmt.Errorf("envelope: err_info of fingerprint %s: %w", env.Fingerprint, err)
+		}
+	}
+	if len(env.CallOptions) > 0 {
+		if l.CallOptions, l.CallOptionsBSON, err = docField(env.CallOptions); err != nil {
+			return nil, fmt.Errorf("envelope: call_options of fingerprint %s: %w", env.Fingerprint, err)
 		}
 	}
 	if env.DocumentID.Type != 0 {
@@ -334,6 +318,9 @@ func UnmarshalLine(line []byte) (Envelope, error) {
 	}
 	if env.ErrInfo, err = docFromLine(l.ErrInfo, l.ErrInfoBSON); err != nil {
 		return Envelope{}, fmt.Errorf("err_info: %w", err)
+	}
+	if env.CallOptions, err = docFromLine(l.CallOptions, l.CallOptionsBSON); err != nil {
+		return Envelope{}, fmt.Errorf("call_options: %w", err)
 	}
 	switch {
 	case len(l.DocumentIDBSON) > 0:

@@ -1,12 +1,12 @@
 package envelope
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,10 +36,6 @@ const EnvelopeHeadroom = 16 * 1024
 // truncated (see MongoSink).
 const MaxEnvelopeSize = MaxBSONSize - EnvelopeHeadroom
 
-// maxErrInfoShare is the most of MaxEnvelopeSize an errInfo may take
-// before it is replaced by a summary: the original matters more.
-const maxErrInfoShare = MaxEnvelopeSize / 4
-
 // maxDroppedNames bounds Envelope.OriginalDropped.
 const maxDroppedNames = 100
 
@@ -67,6 +63,9 @@ type sinkConfig struct {
 	insertFirst   bool
 	setup         []SetupOption
 	logger        *slog.Logger
+	fpKey         []byte
+	encrypted     map[string][]string // namespace → paths (WithEncryptedPaths)
+	plaintext     bool                // WithPlaintextEncryptedFields
 	now           func() time.Time
 	errs          []error
 }
@@ -438,31 +437,23 @@ func (s *MongoSink) Put(ctx context.Context, envs []Envelope) error {
 // unacknowledged write fails every envelope of the statements it
 // concerned: the server confirmed none of them.
 func (s *MongoSink) PutEach(ctx context.Context, envs []Envelope) []error {
-	res, err := s.put(ctx, envs, false)
-	out := make([]error, len(envs))
-	if res == nil {
+	out, err := s.put(ctx, envs, false)
+	if out == nil {
+		out = make([]error, len(envs))
 		if err != nil {
 			for i := range out {
 				out[i] = err
 			}
 		}
-		return out
-	}
-	for i := range envs {
-		fp := envs[i].Fingerprint
-		if fp == "" {
-			fp = Fingerprint(envs[i].Original, envs[i].IDAssigned)
-		}
-		out[i] = res[fp]
 	}
 	return out
 }
 
-// put stores envs and returns each fingerprint's error (nil: stored; a
-// nil map: the error concerns every envelope) and the error Put returns.
+// put stores envs and returns each envelope's error (nil: stored; a nil
+// slice: the error concerns every envelope) and the error Put returns.
 // all: an envelope that cannot be prepared fails the call before
 // anything is written.
-func (s *MongoSink) put(ctx context.Context, envs []Envelope, all bool) (map[string]error, error) {
+func (s *MongoSink) put(ctx context.Context, envs []Envelope, all bool) ([]error, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
@@ -472,12 +463,14 @@ func (s *MongoSink) put(ctx context.Context, envs []Envelope, all bool) (map[str
 	if s.unacked.Load() {
 		return nil, ErrUnacknowledgedSink
 	}
-	merged := mergeByFingerprint(envs)
-	res := make(map[string]error, len(merged))
-	ready := merged[:0:0]
+	// Each envelope is prepared alone (redaction, withheld fields, size),
+	// then merged by the fingerprint it is stored under.
+	out := make([]error, len(envs))
+	prepared := make([]Envelope, 0, len(envs))
+	pidx := make([]int, len(envs)) // envs[i] -> prepared index, -1 when it failed
 	var first error
-	for i := range merged {
-		env, err := prepareForStore(merged[i], s.cfg)
+	for i := range envs {
+		env, err := prepareForStore(envs[i], s.cfg)
 		if err == nil && !s.cfg.insertFirst {
 			_, err = upsertModel(env) // fails the way the bulk write's marshalling would
 		}
@@ -485,16 +478,17 @@ func (s *MongoSink) put(ctx context.Context, envs []Envelope, all bool) (map[str
 			if all {
 				return nil, err
 			}
-			res[merged[i].Fingerprint] = err
+			out[i], pidx[i] = err, -1
 			first = cmpOr(first, err)
 			continue
 		}
-		res[env.Fingerprint] = nil
-		ready = append(ready, env)
+		pidx[i] = len(prepared)
+		prepared = append(prepared, env)
 	}
-	if len(ready) == 0 {
-		return res, first
+	if len(prepared) == 0 {
+		return out, first
 	}
+	ready := mergeByFingerprint(prepared)
 	unlock := s.lock(ready)
 	defer unlock()
 	if err := s.checkIndexes(ctx); err != nil {
@@ -507,10 +501,16 @@ func (s *MongoSink) put(ctx context.Context, envs []Envelope, all bool) (map[str
 	} else {
 		failed, err = s.putUpserts(ctx, ready)
 	}
+	byFP := make(map[string]error, len(failed))
 	for i, ferr := range failed {
-		res[ready[i].Fingerprint] = ferr
+		byFP[ready[i].Fingerprint] = ferr
 	}
-	return res, cmpOr(first, err)
+	for i, p := range pidx {
+		if p >= 0 {
+			out[i] = byFP[prepared[p].Fingerprint]
+		}
+	}
+	return out, cmpOr(first, err)
 }
 
 func cmpOr(a, b error) error {
@@ -812,12 +812,9 @@ func mergeByFingerprint(envs []Envelope) []Envelope {
 	return out
 }
 
-// prepareForStore applies the defaults, the redaction hooks and the size
-// limit to env.
+// prepareForStore applies the defaults, the withholding, the redaction
+// hooks, the fingerprint (protect) and the size limit to env.
 func prepareForStore(env Envelope, cfg sinkConfig) (Envelope, error) {
-	if env.SchemaVersion == 0 {
-		env.SchemaVersion = SchemaVersion
-	}
 	now := cfg.now().UTC().Truncate(time.Millisecond)
 	if env.FirstSeen.IsZero() {
 		env.FirstSeen = now
@@ -825,28 +822,10 @@ func prepareForStore(env Envelope, cfg sinkConfig) (Envelope, error) {
 	if env.LastSeen.IsZero() {
 		env.LastSeen = env.FirstSeen
 	}
-	if env.FailingKeywords == nil {
-		env.FailingKeywords = FailingKeywords(env.ErrInfo)
-	}
-	if env.FailingPaths == nil {
-		env.FailingPaths = FailingPaths(env.ErrInfo)
-	}
 	env.Status = StatusPending
-	if cfg.redact != nil {
-		red, err := applyRedact(cfg.redact, env.Original)
-		if err != nil {
-			return env, fmt.Errorf("envelope: redaction hook for fingerprint %s: %w", env.Fingerprint, err)
-		}
-		if !bytes.Equal(red, env.Original) {
-			env.Original, env.OriginalRedacted = red, true
-		}
-	}
-	if cfg.redactErrInfo != nil && len(env.ErrInfo) > 0 {
-		red, err := applyRedact(cfg.redactErrInfo, env.ErrInfo)
-		if err != nil {
-			return env, fmt.Errorf("envelope: errInfo redaction hook for fingerprint %s: %w", env.Fingerprint, err)
-		}
-		env.ErrInfo = red
+	env, err := protect(env, cfg)
+	if err != nil {
+		return env, err
 	}
 	return fitEnvelope(env, MaxEnvelopeSize), nil
 }
@@ -879,26 +858,94 @@ func storedSize(env Envelope) (int, error) {
 	return len(raw) + operatorFields, nil
 }
 
-// fitEnvelope makes env fit in limit bytes as stored: first a large
-// errInfo gives way, then the original is cut to its top-level fields
-// that fit. It never fails: at worst the original keeps no field.
+// fitEnvelope makes env fit in limit bytes as stored, giving way in this
+// order and only as far as needed, each step recorded in env.Cut:
+//
+//  1. err_info.consideredValue: the values errInfo repeats from the
+//     document (consideredValue, consideredValues) are removed;
+//  2. err_info.details: every array of errInfo is cut to its first 16,
+//     then 4, then 1 items (the first failing items stay; Total and Kept
+//     count the array items);
+//  3. err_info: replaced by {writeguard_truncated: true, size,
+//     failingDocumentId} (failing_keywords and failing_paths, derived
+//     from the full errInfo, stay);
+//  4. failing_paths, failing_keywords: cut to their first 100 entries;
+//  5. errmsg: cut to its first 1 KiB;
+//  6. original: cut to the top-level fields that fit (original_truncated,
+//     original_size, original_dropped), only when it cannot fit alone.
+//
+// It never fails: at worst the original keeps no field.
 func fitEnvelope(env Envelope, limit int) Envelope {
 	size, err := storedSize(env)
 	if err != nil || size <= limit {
 		return env
 	}
-	if len(env.ErrInfo) > maxErrInfoShare {
+	fits := func() bool {
+		size, err = storedSize(env)
+		return err != nil || size <= limit
+	}
+	env.Cut = slices.Clone(env.Cut)
+	if len(env.ErrInfo) > 0 {
+		before := len(env.ErrInfo)
+		if cut := dropKeys(env.ErrInfo, isConsideredValueKey, 0); len(cut) < before {
+			env.ErrInfo = cut
+			env.Cut = append(env.Cut, CutField{Field: "err_info.consideredValue", Size: before})
+			if fits() {
+				return env
+			}
+		}
+		before = len(env.ErrInfo)
+		total := countArrayItems(env.ErrInfo, 0)
+		for _, k := range []int{16, 4, 1} {
+			cut := keepFirstItems(env.ErrInfo, k, 0)
+			if len(cut) >= len(env.ErrInfo) {
+				continue
+			}
+			env.ErrInfo = cut
+			if fits() {
+				break
+			}
+		}
+		if len(env.ErrInfo) < before {
+			env.Cut = append(env.Cut, CutField{Field: "err_info.details", Size: before, Total: total, Kept: countArrayItems(env.ErrInfo, 0)})
+			if size <= limit {
+				return env
+			}
+		}
+		before = len(env.ErrInfo)
 		env.ErrInfo = errInfoSummary(env.ErrInfo)
-		if size, err = storedSize(env); err != nil || size <= limit {
+		env.Cut = append(env.Cut, CutField{Field: "err_info", Size: before})
+		if fits() {
+			return env
+		}
+	}
+	for _, l := range []struct {
+		name string
+		list *[]string
+	}{{"failing_paths", &env.FailingPaths}, {"failing_keywords", &env.FailingKeywords}} {
+		if n := len(*l.list); n > maxListedDiagnostics {
+			env.Cut = append(env.Cut, CutField{Field: l.name, Size: listSize(*l.list), Total: n, Kept: maxListedDiagnostics})
+			*l.list = (*l.list)[:maxListedDiagnostics]
+			if fits() {
+				return env
+			}
+		}
+	}
+	if len(env.ErrMsg) > maxErrMsgKept {
+		env.Cut = append(env.Cut, CutField{Field: "errmsg", Size: len(env.ErrMsg)})
+		env.ErrMsg = validString([]byte(env.ErrMsg[:maxErrMsgKept]))
+		if fits() {
 			return env
 		}
 	}
 	full := env.Original
-	// Room for original_truncated, original_size and original_dropped
-	// (at most maxDroppedNames names of at most maxDroppedNameLen bytes).
-	const reserve = 64 + maxDroppedNames*(maxDroppedNameLen+3+8)
+	// Room for original_truncated, original_size, original_dropped (at
+	// most maxDroppedNames names of at most maxDroppedNameLen bytes) and
+	// the cut entry of the original.
+	const reserve = 128 + maxDroppedNames*(maxDroppedNameLen+3+8)
 	budget := limit - (size - len(full)) - reserve
 	kept, dropped := truncateDocument(full, budget)
+	total := len(dropped) + countTop(kept)
 	if len(dropped) > maxDroppedNames {
 		dropped = dropped[:maxDroppedNames]
 	}
@@ -911,10 +958,88 @@ func fitEnvelope(env Envelope, limit int) Envelope {
 	env.OriginalTruncated = true
 	env.OriginalSize = len(full)
 	env.OriginalDropped = dropped
+	env.Cut = append(env.Cut, CutField{Field: "original", Size: len(full), Total: total, Kept: countTop(kept)})
 	if size, err = storedSize(env); err == nil && size > limit {
 		env.OriginalDropped = nil // cannot happen with the reserve above
 	}
 	return env
+}
+
+// maxListedDiagnostics bounds failing_paths and failing_keywords when an
+// envelope must be cut; maxErrMsgKept bounds errmsg then (bytes).
+const (
+	maxListedDiagnostics = 100
+	maxErrMsgKept        = 1024
+)
+
+func listSize(l []string) int {
+	n := 0
+	for _, s := range l {
+		n += len(s)
+	}
+	return n
+}
+
+// countTop counts the top-level elements of doc.
+func countTop(doc bson.Raw) int {
+	n := 0
+	it := newElemIter(doc)
+	for {
+		if _, _, _, ok := it.next(); !ok {
+			return n
+		}
+		n++
+	}
+}
+
+// countArrayItems counts the elements of every array in doc, at any depth.
+func countArrayItems(doc []byte, depth int) int {
+	if depth > maxErrInfoDepth {
+		return 0
+	}
+	n := 0
+	it := newElemIter(doc)
+	for {
+		_, t, val, ok := it.next()
+		if !ok {
+			return n
+		}
+		switch t {
+		case bson.TypeArray:
+			n += countTop(val) + countArrayItems(val, depth+1)
+		case bson.TypeEmbeddedDocument:
+			n += countArrayItems(val, depth+1)
+		}
+	}
+}
+
+// keepFirstItems returns doc with every array, at any depth, cut to its
+// first k elements.
+func keepFirstItems(doc bson.Raw, k, depth int) bson.Raw {
+	if depth > maxErrInfoDepth {
+		return doc
+	}
+	out, _ := rebuild(doc, func(_ string, t bson.Type, val []byte) (bson.Type, []byte, bool) {
+		switch t {
+		case bson.TypeEmbeddedDocument:
+			return t, keepFirstItems(val, k, depth+1), true
+		case bson.TypeArray:
+			i := 0
+			arr, _ := rebuild(val, func(_ string, et bson.Type, ev []byte) (bson.Type, []byte, bool) {
+				i++
+				if i > k {
+					return 0, nil, false
+				}
+				if et == bson.TypeEmbeddedDocument || et == bson.TypeArray {
+					return et, keepFirstItems(ev, k, depth+2), true
+				}
+				return et, ev, true
+			})
+			return t, arr, true
+		}
+		return t, val, true
+	})
+	return out
 }
 
 // maxDroppedNameLen bounds each name in Envelope.OriginalDropped, in bytes.
@@ -963,11 +1088,24 @@ func truncateDocument(doc bson.Raw, budget int) (bson.Raw, []string) {
 }
 
 // insertFields returns the fields of env set only when its envelope is
-// created (a recapture leaves them alone), in stored order.
+// created (a recapture leaves them alone), in stored order. original,
+// err_info and call_options are sub-documents, or exact bytes in
+// <name>_raw when the server would refuse them (subdocumentRefusal; listed
+// in binary).
 func insertFields(env Envelope) bson.D {
+	var binary []BinaryField
 	d := bson.D{
 		{Key: "schema_version", Value: int32(env.SchemaVersion)},
-		{Key: "original", Value: rawOrEmpty(env.Original)},
+	}
+	if env.FingerprintScheme != "" {
+		d = append(d, bson.E{Key: "fingerprint_scheme", Value: env.FingerprintScheme})
+	}
+	if env.Kind != "" {
+		d = append(d, bson.E{Key: "kind", Value: env.Kind})
+	}
+	d = append(d, docElem("original", rawOrEmpty(env.Original), &binary))
+	if len(env.CallOptions) > 0 {
+		d = append(d, docElem("call_options", env.CallOptions, &binary))
 	}
 	if env.OriginalTruncated {
 		d = append(d, bson.E{Key: "original_truncated", Value: true}, bson.E{Key: "original_size", Value: int64(env.OriginalSize)})
@@ -978,12 +1116,18 @@ func insertFields(env Envelope) bson.D {
 	if env.OriginalRedacted {
 		d = append(d, bson.E{Key: "original_redacted", Value: true})
 	}
+	if len(env.Withheld) > 0 {
+		d = append(d, bson.E{Key: "withheld", Value: env.Withheld})
+	}
+	if env.WithheldNote != "" {
+		d = append(d, bson.E{Key: "withheld_note", Value: env.WithheldNote})
+	}
 	if env.DocumentID.Type != 0 {
 		d = append(d, bson.E{Key: "document_id", Value: env.DocumentID})
 	}
 	d = append(d, bson.E{Key: "id_assigned", Value: env.IDAssigned})
 	if len(env.ErrInfo) > 0 {
-		d = append(d, bson.E{Key: "err_info", Value: env.ErrInfo})
+		d = append(d, docElem("err_info", env.ErrInfo, &binary))
 	}
 	d = append(d,
 		bson.E{Key: "failing_keywords", Value: nonNil(env.FailingKeywords)},
@@ -1008,6 +1152,12 @@ func insertFields(env Envelope) bson.D {
 	}
 	if env.SpanID != "" {
 		d = append(d, bson.E{Key: "span_id", Value: env.SpanID})
+	}
+	if len(env.Cut) > 0 {
+		d = append(d, bson.E{Key: "cut", Value: env.Cut})
+	}
+	if len(binary) > 0 {
+		d = append(d, bson.E{Key: "binary", Value: binary})
 	}
 	return d
 }
@@ -1059,10 +1209,9 @@ func StoredDocument(env Envelope, opts ...SinkOption) (bson.Raw, error) {
 	if err := cfg.err(); err != nil {
 		return nil, err
 	}
-	merged := mergeByFingerprint([]Envelope{env})
-	e, err := prepareForStore(merged[0], cfg)
+	e, err := prepareForStore(env, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return bson.Marshal(storedFields(e))
+	return bson.Marshal(storedFields(mergeByFingerprint([]Envelope{e})[0]))
 }

@@ -59,17 +59,17 @@ func TestGuardRefusesForgedAdminUser(t *testing.T) {
 		"shop.other":         "not named for this replay",
 	} {
 		envs := []stored{modelEnv(t, ns, user)}
-		entries, send := r.prepare(envs, nil)
+		entries, send := r.prepare(context.Background(), envs, nil)
 		if len(send) != 0 || entries[0].out != outRefused || !strings.Contains(entries[0].reason, want) {
 			t.Errorf("%s: sent %d, outcome %v, reason %q; want refused: %q", ns, len(send), entries[0].out, entries[0].reason, want)
 		}
 	}
-	if _, send := r.prepare([]stored{modelEnv(t, "shop.orders", user)}, nil); len(send) != 1 {
+	if _, send := r.prepare(context.Background(), []stored{modelEnv(t, "shop.orders", user)}, nil); len(send) != 1 {
 		t.Error("an insert into the named target namespace is refused")
 	}
 	// A target in a refused namespace: every envelope is refused.
 	r.cfg.targetRefused = "target " + refusedNamespace("admin.system.users", r.dlq, r.cfg.leases)
-	if entries, send := r.prepare([]stored{modelEnv(t, "shop.orders", user)}, nil); len(send) != 0 || !strings.Contains(entries[0].reason, "target namespace") {
+	if entries, send := r.prepare(context.Background(), []stored{modelEnv(t, "shop.orders", user)}, nil); len(send) != 0 || !strings.Contains(entries[0].reason, "target namespace") {
 		t.Errorf("refused target: %q", entries[0].reason)
 	}
 }
@@ -99,7 +99,7 @@ func TestGuardRefusesIDLessDeleteMany(t *testing.T) {
 		{[]Option{WithOperations(Updates)}, bson.D{{Key: "_id", Value: 1}}, "insert not allowed (allowed: updates"},
 	} {
 		r := guardRunner(t, c.opts...)
-		entries, send := r.prepare([]stored{modelEnv(t, "shop.orders", c.orig)}, nil)
+		entries, send := r.prepare(context.Background(), []stored{modelEnv(t, "shop.orders", c.orig)}, nil)
 		switch {
 		case c.want == "" && len(send) != 1:
 			t.Errorf("%v with %d options: refused (%q), want sent", c.orig, len(c.opts), entries[0].reason)
@@ -146,12 +146,12 @@ func TestHeldInFlight(t *testing.T) {
 	ins := modelEnv(t, "shop.orders", bson.D{{Key: "_id", Value: 1}})
 	at := r.cfg.now()
 	inFlight := map[string]time.Time{leaseKey(e.ID): at}
-	entries, send := r.prepare([]stored{e, ins}, inFlight)
+	entries, send := r.prepare(context.Background(), []stored{e, ins}, inFlight)
 	if len(send) != 1 || entries[0].out != outHeld || entries[0].reason != holdInFlight || !entries[1].insert {
 		t.Errorf("outcomes %v, %v; want the update held, the insert sent", entries[0].out, entries[1].out)
 	}
 	e.ReplayTriedAt = at.Add(1)
-	if _, send := r.prepare([]stored{e}, inFlight); len(send) != 1 {
+	if _, send := r.prepare(context.Background(), []stored{e}, inFlight); len(send) != 1 {
 		t.Error("an update tried since the in-flight claim is held")
 	}
 }
@@ -161,7 +161,7 @@ func TestMarkUpdate(t *testing.T) {
 	r := guardRunner(t, WithQuarantineAfter(3))
 	r.cfg.run = "run-1"
 	now := r.cfg.now()
-	e := &entry{env: &stored{ReplayFailures: 2}, out: outInvalid, code: 121, codeName: "DocumentValidationFailure"}
+	e := &entry{env: &stored{Envelope: envelope.Envelope{ReplayFailures: 2}}, out: outInvalid, code: 121, codeName: "DocumentValidationFailure"}
 	r.judge([]*entry{e})
 	got := bson.Raw(mustMarshal(t, r.markUpdate(e, now)))
 	if got.Lookup("$set", "status").StringValue() != envelope.StatusQuarantined || got.Lookup("$set", "replay_failures").Int32() != 3 ||

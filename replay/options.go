@@ -1,11 +1,13 @@
 package replay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/writeguard/writeguard/envelope"
@@ -58,6 +60,7 @@ type config struct {
 	validator any
 	progress  func(Progress)
 	redacted  bool
+	withheld  WithheldFunc
 	workers   int
 	lease     time.Duration
 	leases    *mongo.Collection
@@ -334,4 +337,25 @@ func WithIncludeQuarantined() Option {
 // checking the target: the write may be applied a second time.
 func WithIncludeHeld() Option {
 	return optionFunc(func(c *config) { c.includeHeld = true })
+}
+
+// WithheldFunc returns the complete original of an envelope whose fields
+// were withheld (envelope.Envelope.Withheld: the server refused them for
+// not being encrypted), e.g. by reading the document again from its
+// source and encrypting it. The document must hold every withheld path
+// (for a model, in the model document); otherwise, or on an error, the
+// envelope is skipped, with the reason in Result.Problems.
+type WithheldFunc func(ctx context.Context, env envelope.Envelope) (bson.Raw, error)
+
+// WithWithheldValues lets Run replay envelopes with withheld fields,
+// taking their complete original from f. Without it such envelopes are
+// skipped: a replay never writes a document with a field silently missing.
+func WithWithheldValues(f WithheldFunc) Option {
+	return optionFunc(func(c *config) {
+		if f == nil {
+			c.errs = append(c.errs, errors.New("replay: WithWithheldValues(nil)"))
+			return
+		}
+		c.withheld = f
+	})
 }

@@ -131,10 +131,12 @@ var ErrDryRunUnsupported = errors.New("dry run unsupported on this server")
 type stored struct {
 	ID                bson.RawValue `bson:"_id"`
 	envelope.Envelope `bson:",inline"`
-	// ReplayFailures is envelope.FieldReplayFailures.
-	ReplayFailures int `bson:"replay_failures,omitempty"`
 	// ReplayHold is envelope.FieldReplayHold.
 	ReplayHold string `bson:"replay_hold,omitempty"`
+	// decodeErr says why the envelope cannot be decoded
+	// (envelope.DecodeError: which field, never its value); it is
+	// skipped, and nothing else of its batch is held up.
+	decodeErr string
 }
 
 // Run replays the envelopes of dlq selected by the options (pending ones
@@ -440,8 +442,29 @@ func (r *runner) read(ctx context.Context, q bson.D, n int) ([]stored, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replay: reading the dead-letter collection: %w", err)
 	}
+	defer cur.Close(ctx)
 	var out []stored
-	if err := cur.All(ctx, &out); err != nil {
+	for cur.Next(ctx) {
+		id := cur.Current.Lookup("_id")
+		s := stored{ID: bson.RawValue{Type: id.Type, Value: append([]byte(nil), id.Value...)}}
+		// envelope.Decode: any format, binary originals included; an
+		// envelope that cannot be decoded is data, not a failure.
+		env, err := envelope.Decode(cur.Current)
+		var de *envelope.DecodeError
+		switch {
+		case errors.As(err, &de):
+			s.decodeErr = de.Error()
+		case err != nil:
+			return nil, fmt.Errorf("replay: reading the dead-letter collection: %w", err)
+		default:
+			s.Envelope = env
+			if v, ok := cur.Current.Lookup(envelope.FieldReplayHold).StringValueOK(); ok {
+				s.ReplayHold = v
+			}
+		}
+		out = append(out, s)
+	}
+	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("replay: reading the dead-letter collection: %w", err)
 	}
 	return out, nil
@@ -537,6 +560,7 @@ func (o outcome) String() string { return outcomeNames[o] }
 // entry is one envelope of a batch on its way.
 type entry struct {
 	env    *stored
+	call   string // the envelope's call_options bytes: entries are sent grouped by them
 	model  mongo.WriteModel
 	insert bool
 	docID  bson.RawValue
@@ -557,12 +581,26 @@ type entry struct {
 // prepare turns a batch into entries and returns those to send (the
 // others are skipped, refused or held). inFlight maps envelope keys to
 // the time of an earlier claim marked in flight (claimed.inFlight).
-func (r *runner) prepare(envs []stored, inFlight map[string]time.Time) (entries, send []*entry) {
+func (r *runner) prepare(ctx context.Context, envs []stored, inFlight map[string]time.Time) (entries, send []*entry) {
 	entries = make([]*entry, len(envs))
 	for i := range envs {
-		e := &entry{env: &envs[i]}
+		e := &entry{env: &envs[i], call: string(envs[i].CallOptions)}
 		entries[i] = e
-		m, insert, reason := buildModel(&envs[i].Envelope, r.cfg.redacted)
+		if envs[i].decodeErr != "" {
+			e.out, e.reason = outSkipped, envs[i].decodeErr
+			continue
+		}
+		env := &envs[i].Envelope
+		if len(env.Withheld) > 0 && r.cfg.withheld != nil {
+			supplied, reason := supplyWithheld(ctx, r.cfg.withheld, env)
+			if reason != "" {
+				e.out, e.reason = outSkipped, reason
+				continue
+			}
+			env = supplied
+			envs[i].Original = supplied.Original // the duplicate-key read-back compares with it
+		}
+		m, insert, reason := buildModel(env, r.cfg.redacted)
 		if reason != "" {
 			e.out, e.reason = outSkipped, reason
 			continue
@@ -588,7 +626,7 @@ func (r *runner) prepare(envs []stored, inFlight map[string]time.Time) (entries,
 }
 
 func (r *runner) batch(ctx context.Context, cl claimed, st *batchState) error {
-	entries, send := r.prepare(cl.envs, cl.inFlight)
+	entries, send := r.prepare(ctx, cl.envs, cl.inFlight)
 	var writeErr error
 	if len(send) > 0 {
 		// Updates, replaces and deletes are not idempotent by _id as
@@ -607,13 +645,9 @@ func (r *runner) batch(ctx context.Context, cl claimed, st *batchState) error {
 				st.keep[id] = true
 			}
 		}
-		models := make([]mongo.WriteModel, len(send))
-		for i, e := range send {
-			models[i] = e.model
+		for _, group := range byCallOptions(send) {
+			r.send(ctx, group, &writeErr)
 		}
-		_, writeErr = r.target.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
-		classify(send, writeErr)
-		resolveDuplicates(ctx, r.target, send)
 	}
 	failed, docErrs := 0, 0
 	for _, e := range send {
@@ -638,7 +672,12 @@ func (r *runner) batch(ctx context.Context, cl claimed, st *batchState) error {
 			return err
 		}
 		if writeErr == nil {
-			writeErr = errors.New(send[0].reason)
+			for _, e := range send {
+				if e.out == outFailed {
+					writeErr = errors.New(e.reason)
+					break
+				}
+			}
 		}
 		return fmt.Errorf("replay: every write of batch %d failed; stopping: %w", r.res.Batches, writeErr)
 	}
@@ -870,4 +909,67 @@ func setStatus(set bson.D, status string) bson.D {
 		}
 	}
 	return append(set, bson.E{Key: "status", Value: status})
+}
+
+// send writes one group of entries of equal call options with one
+// unordered BulkWrite (each envelope is one write of its own: see
+// envelope.CallOptions) and classifies each entry's outcome; *writeErr
+// keeps the last whole error.
+func (r *runner) send(ctx context.Context, group []*entry, writeErr *error) {
+	models := make([]mongo.WriteModel, len(group))
+	for i, e := range group {
+		models[i] = e.model
+	}
+	opts, _, err := envelope.ParseCallOptions(bson.Raw(group[0].call))
+	if err != nil {
+		for _, e := range group {
+			e.out, e.reason = outSkipped, "call options not replayable: "+err.Error()
+		}
+		return
+	}
+	if opts == nil {
+		opts = options.BulkWrite()
+	}
+	_, err = r.target.BulkWrite(ctx, models, opts.SetOrdered(false))
+	if err != nil {
+		*writeErr = err
+	}
+	classify(group, err)
+	resolveDuplicates(ctx, r.target, group)
+}
+
+// byCallOptions splits entries into groups of equal call options, in
+// order of first appearance.
+func byCallOptions(entries []*entry) [][]*entry {
+	var groups [][]*entry
+	at := map[string]int{}
+	for _, e := range entries {
+		i, ok := at[e.call]
+		if !ok {
+			i = len(groups)
+			at[e.call] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], e)
+	}
+	return groups
+}
+
+// supplyWithheld asks the caller's function for the complete original of
+// an envelope with withheld fields and checks that it holds them all. It
+// returns a copy of env carrying it, or why the envelope is skipped.
+func supplyWithheld(ctx context.Context, f WithheldFunc, env *envelope.Envelope) (*envelope.Envelope, string) {
+	doc, err := f(ctx, *env)
+	if err != nil {
+		return nil, "withheld fields not supplied: " + err.Error()
+	}
+	if err := doc.Validate(); err != nil {
+		return nil, "supplied original is not valid BSON: " + err.Error()
+	}
+	if err := envelope.MissingWithheld(env, doc); err != nil {
+		return nil, err.Error()
+	}
+	out := *env
+	out.Original, out.Withheld = doc, nil
+	return &out, ""
 }

@@ -519,8 +519,8 @@ type listed struct {
 }
 
 func toListed(raw bson.Raw) (listed, error) {
-	var e envelope.Envelope
-	if err := bson.Unmarshal(raw, &e); err != nil {
+	e, err := envelope.Decode(raw)
+	if err != nil {
 		return listed{}, err
 	}
 	return listed{
@@ -561,7 +561,8 @@ func dlqList(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter,
 		return usageError(stderr, "dlq list", "%v", err)
 	}
 	fo := options.Find().SetSort(bson.D{{Key: "last_seen", Value: -1}, {Key: "_id", Value: -1}}).
-		SetProjection(bson.D{{Key: "original", Value: 0}, {Key: "err_info", Value: 0}})
+		SetProjection(bson.D{{Key: "original", Value: 0}, {Key: "err_info", Value: 0},
+			{Key: "original_raw", Value: 0}, {Key: "err_info_raw", Value: 0}})
 	if f.limit > 0 {
 		fo.SetLimit(int64(f.limit))
 	}
@@ -623,9 +624,17 @@ type shown struct {
 	DiscardedAt *time.Time `json:"discarded_at,omitempty"`
 	TraceID     string     `json:"trace_id,omitempty"`
 	SpanID      string     `json:"span_id,omitempty"`
-	// Original and ErrInfo are relaxed Extended JSON.
+	// Original and ErrInfo are relaxed Extended JSON, whether stored as
+	// sub-documents or as exact bytes (Binary says which).
 	Original json.RawMessage `json:"original,omitempty"`
 	ErrInfo  json.RawMessage `json:"err_info,omitempty"`
+	// Format 2: the write's kind, what is stored as binary, withheld or
+	// cut.
+	Kind         string                   `json:"kind,omitempty"`
+	Binary       []envelope.BinaryField   `json:"binary,omitempty"`
+	Withheld     []envelope.WithheldField `json:"withheld,omitempty"`
+	WithheldNote string                   `json:"withheld_note,omitempty"`
+	Cut          []envelope.CutField      `json:"cut,omitempty"`
 }
 
 func toShown(raw bson.Raw) (shown, error) {
@@ -633,11 +642,12 @@ func toShown(raw bson.Raw) (shown, error) {
 	if err != nil {
 		return shown{}, err
 	}
-	var e envelope.Envelope
-	if err := bson.Unmarshal(raw, &e); err != nil {
+	e, err := envelope.Decode(raw)
+	if err != nil {
 		return shown{}, err
 	}
-	out := shown{listed: l, ErrMsg: e.ErrMsg, TraceID: e.TraceID, SpanID: e.SpanID}
+	out := shown{listed: l, ErrMsg: e.ErrMsg, TraceID: e.TraceID, SpanID: e.SpanID,
+		Kind: e.Kind, Binary: e.Binary, Withheld: e.Withheld, WithheldNote: e.WithheldNote, Cut: e.Cut}
 	if !e.ReplayedAt.IsZero() {
 		out.ReplayedAt = &e.ReplayedAt
 	}
@@ -646,9 +656,10 @@ func toShown(raw bson.Raw) (shown, error) {
 	}
 	for _, x := range []struct {
 		key string
+		doc bson.Raw
 		dst *json.RawMessage
-	}{{"original", &out.Original}, {"err_info", &out.ErrInfo}} {
-		if doc, ok := raw.Lookup(x.key).DocumentOK(); ok {
+	}{{"original", e.Original, &out.Original}, {"err_info", e.ErrInfo, &out.ErrInfo}} {
+		if doc := x.doc; len(doc) > 0 {
 			js, err := bson.MarshalExtJSON(doc, false, false)
 			if err != nil {
 				return shown{}, fmt.Errorf("%s: %w", x.key, err)
@@ -749,14 +760,33 @@ func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, 
 			fmt.Fprintf(tw, "%s\t%s\n", strings.ReplaceAll(k, "_", " "), rawString(v))
 		}
 	}
-	tw.Flush()
-	for _, k := range []string{"original", "err_info"} {
-		v, err := raw.LookupErr(k)
-		if err != nil {
-			continue
+	e, err := envelope.Decode(raw)
+	if err != nil {
+		return failure(stderr, "dlq show", err)
+	}
+	for _, b := range e.Binary {
+		fmt.Fprintf(tw, "stored as bytes\t%s (%s)\n", b.Field, b.Reason)
+	}
+	for _, w := range e.Withheld {
+		fmt.Fprintf(tw, "withheld\t%s (%s)\n", w.Path, w.Reason)
+	}
+	if e.WithheldNote != "" {
+		fmt.Fprintf(tw, "withheld note\t%s\n", e.WithheldNote)
+	}
+	for _, c := range e.Cut {
+		fmt.Fprintf(tw, "cut\t%s (%d bytes", c.Field, c.Size)
+		if c.Total > 0 {
+			fmt.Fprintf(tw, ", kept %d of %d", c.Kept, c.Total)
 		}
-		doc, ok := v.DocumentOK()
-		if !ok {
+		fmt.Fprintln(tw, ")")
+	}
+	tw.Flush()
+	for _, x := range []struct {
+		k   string
+		doc bson.Raw
+	}{{"original", e.Original}, {"err_info", e.ErrInfo}} {
+		k, doc := x.k, x.doc
+		if len(doc) == 0 {
 			continue
 		}
 		js, err := bson.MarshalExtJSONIndent(doc, false, false, "  ", "  ")

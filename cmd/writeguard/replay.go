@@ -86,7 +86,8 @@ func checkReplayFlags(f dlqFlags) string {
 	case f.validator != "" && f.noValidator:
 		return "-validator and -no-validator are exclusive"
 	case f.validator != "" && f.uri != "":
-		return "-validator applies to -data-dir only; with -uri widen the collection's validator (collMod) and replay"
+		return "-validator applies to -data-dir only; with -uri widen the collection's validator (collMod; at validationLevel " +
+			"validated together with validationLevel strict, as replay.WidenValidator does) and replay"
 	case f.dataDir != "" && f.validator == "" && !f.noValidator && !f.dryRun:
 		return "the embedded server enforces no validator: give -validator FILE to enforce one on the replayed writes, " +
 			"or -no-validator to write every original as it is"
@@ -285,7 +286,13 @@ func (rr *replayRun) validation(ctx context.Context, target writeguard.Collectio
 	case rr.f.dataDir != "":
 		return "none (dry run: the embedded server has no validator)", nil
 	}
-	v, err := replay.CurrentValidator(ctx, replay.TargetCollection(target))
+	coll := replay.TargetCollection(target)
+	if level, _, lerr := replay.ValidationOptionsOf(ctx, coll); lerr == nil {
+		if advice := replay.WidenAdvice(coll.Name(), level); advice != "" {
+			fmt.Fprintf(rr.stderr, "writeguard dlq replay: note: %s\n", advice)
+		}
+	}
+	v, err := replay.CurrentValidator(ctx, coll)
 	switch {
 	case err != nil:
 		return "", err

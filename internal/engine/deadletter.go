@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/policy"
@@ -112,68 +109,16 @@ func (c *Call) put(ctx context.Context, sink envelope.Sink, envs []envelope.Enve
 	})
 }
 
-// envelopeFor builds the envelope of an Invalid item; traceID and spanID
-// come from the hooks (hooks.Hooks.TraceIDs), empty without them.
+// envelopeFor builds the envelope of an Invalid item (envelope.New: the
+// model→envelope conversion lives in package envelope); traceID and
+// spanID come from the hooks (hooks.Hooks.TraceIDs), empty without them.
 func (c *Call) envelopeFor(it *item, now time.Time, traceID, spanID string) envelope.Envelope {
-	f := it.fail
-	original, idAssigned := it.doc, false
-	if it.kind == KindInsert {
-		idAssigned = it.idAssigned
-	} else {
-		original = modelDocument(it.model)
+	capture := envelope.Capture{
+		Document: it.doc, DocumentID: it.id, IDAssigned: it.idAssigned, Call: c.callOpts, Failure: it.fail,
+		Namespace: c.e.Namespace(), Operation: c.op.Name, BatchIndex: it.index, Now: now, TraceID: traceID, SpanID: spanID,
 	}
-	env := envelope.Envelope{
-		SchemaVersion:   envelope.SchemaVersion,
-		Fingerprint:     envelope.Fingerprint(original, idAssigned),
-		Original:        original,
-		DocumentID:      it.id,
-		IDAssigned:      idAssigned,
-		ErrInfo:         f.ErrInfo,
-		FailingKeywords: envelope.FailingKeywords(f.ErrInfo),
-		FailingPaths:    envelope.FailingPaths(f.ErrInfo),
-		Code:            f.Code,
-		CodeName:        f.CodeName,
-		ErrMsg:          f.Message,
-		Labels:          f.Labels,
-		Namespace:       c.e.Namespace(),
-		Operation:       c.op.Name,
-		BatchIndex:      it.index,
-		FirstSeen:       now,
-		LastSeen:        now,
-		Attempts:        1,
-		Status:          envelope.StatusPending,
-		TraceID:         traceID,
-		SpanID:          spanID,
+	if it.kind != KindInsert {
+		capture.Model = it.model
 	}
-	return env
-}
-
-// modelDocument describes a non-insert write model as a document for the
-// dead-letter envelope: {op, model}, where model is the canonical Extended
-// JSON of {filter, update|replacement, upsert}. Filters and updates hold
-// $-prefixed keys ($set, $gt), which a stored document cannot carry
-// through an update's $setOnInsert, so they are kept as text; canonical
-// Extended JSON loses no BSON type. replay decodes it.
-func modelDocument(m mongo.WriteModel) bson.Raw {
-	var op string
-	var d bson.D
-	switch mm := m.(type) {
-	case *mongo.UpdateOneModel:
-		op, d = "updateOne", bson.D{{Key: "filter", Value: mm.Filter}, {Key: "update", Value: mm.Update}, {Key: "upsert", Value: mm.Upsert != nil && *mm.Upsert}}
-	case *mongo.UpdateManyModel:
-		op, d = "updateMany", bson.D{{Key: "filter", Value: mm.Filter}, {Key: "update", Value: mm.Update}, {Key: "upsert", Value: mm.Upsert != nil && *mm.Upsert}}
-	case *mongo.ReplaceOneModel:
-		op, d = "replaceOne", bson.D{{Key: "filter", Value: mm.Filter}, {Key: "replacement", Value: mm.Replacement}, {Key: "upsert", Value: mm.Upsert != nil && *mm.Upsert}}
-	case *mongo.DeleteOneModel:
-		op, d = "deleteOne", bson.D{{Key: "filter", Value: mm.Filter}}
-	case *mongo.DeleteManyModel:
-		op, d = "deleteMany", bson.D{{Key: "filter", Value: mm.Filter}}
-	}
-	js, err := bson.MarshalExtJSON(d, true, false)
-	out := bson.D{{Key: "op", Value: op}, {Key: "model", Value: string(js)}}
-	if err != nil {
-		out = bson.D{{Key: "op", Value: fmt.Sprintf("%T", m)}, {Key: "marshal_error", Value: err.Error()}}
-	}
-	raw, _ := bson.Marshal(out)
-	return raw
+	return envelope.New(capture)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/policy"
 )
@@ -17,6 +18,7 @@ type Call struct {
 	ctx        context.Context // the operation context (hooks)
 	ordered    bool
 	idempotent bool
+	callOpts   envelope.CallOptions // the call's options an envelope keeps
 	items      []*item
 	send       Send
 
@@ -29,6 +31,15 @@ type Call struct {
 	parked   []*item // invalid items waiting for the dead-letter sink
 	window   int     // ordered: documents per attempt (0: all pending)
 	stopAt   int     // ordered: batch position of the last attempt's first write error, -1 when none
+}
+
+// SetCallOptions records the call's options that an envelope keeps (let,
+// bypassDocumentValidation, ordered, ...). err, a bad option, is ignored:
+// the driver reports it itself on the first attempt.
+func (c *Call) SetCallOptions(o envelope.CallOptions, err error) {
+	if err == nil {
+		c.callOpts = o
+	}
 }
 
 // todo collects the actions decided for the documents of one attempt that

@@ -146,6 +146,7 @@ type Proxy struct {
 	connIDs    atomic.Int64
 	txns       *txnTable     // retryable-write records (replica-set mode)
 	failPoints *failPoints   // configureFailPoint state
+	vlog       validationLog // validation failures logged (warn, errorAndLog)
 	procID     bson.ObjectID // topologyVersion.processId (replica-set mode)
 
 	topoMu      sync.Mutex
@@ -557,6 +558,9 @@ func (s *session) handleMsg(m *message) error {
 			}()
 		}
 	}
+	if done, err := s.collMod(x); done {
+		return err
+	}
 	s.fireScript(x)
 	if x.rsHello && !x.fired && s.emulated() {
 		return s.serveHello(x.cmd, m.requestID, om.exhaustAllowed())
@@ -628,7 +632,7 @@ func (s *session) fireScript(x *exchange) {
 		s.p.topologyEvent()
 	}
 	if x.cmd.Name == "insert" {
-		x.validator = script.validator(x.cmd.Namespace)
+		x.validator = s.insertValidation(x, script)
 	}
 }
 

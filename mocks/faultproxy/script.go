@@ -485,6 +485,7 @@ func (*Rule) scriptItem() {}
 type validatorItem struct {
 	namespace string
 	validator any
+	opts      ValidationOptions
 }
 
 func (validatorItem) scriptItem() {}
@@ -505,7 +506,7 @@ func Validator(namespace string, validator any) ScriptItem {
 type Script struct {
 	mu         sync.Mutex
 	rules      []*Rule
-	validators map[string]*jsonschema.Validator
+	validators map[string]*emulatedValidator
 }
 
 // NewScript checks and assembles a script. Rules are tried in order; of
@@ -517,7 +518,7 @@ type Script struct {
 // jsonschema.ErrUnsupported) or an invalid one, or two validators for one
 // namespace.
 func NewScript(items ...ScriptItem) (*Script, error) {
-	s := &Script{validators: map[string]*jsonschema.Validator{}}
+	s := &Script{validators: map[string]*emulatedValidator{}}
 	for i, it := range items {
 		switch x := it.(type) {
 		case *Rule:
@@ -544,7 +545,11 @@ func NewScript(items ...ScriptItem) (*Script, error) {
 			if err != nil {
 				return nil, fmt.Errorf("faultproxy: script item %d: validator for %s: %w", i, x.namespace, err)
 			}
-			s.validators[x.namespace] = v
+			opts := x.opts.withDefaults()
+			if err := opts.check("", false); err != nil {
+				return nil, fmt.Errorf("faultproxy: script item %d: validator for %s: %w", i, x.namespace, err)
+			}
+			s.validators[x.namespace] = &emulatedValidator{v: v, opts: opts}
 		default:
 			return nil, fmt.Errorf("faultproxy: script item %d: unknown item type %T", i, it)
 		}
@@ -591,10 +596,12 @@ func (s *Script) fire(cmd *Command) (Fault, bool) {
 	return chosen, found
 }
 
-func (s *Script) validator(ns string) *jsonschema.Validator {
+func (s *Script) validator(ns string) *emulatedValidator {
 	if s == nil {
 		return nil
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.validators[ns]
 }
 
