@@ -247,10 +247,14 @@ func (c *call) finish(ctx context.Context) error {
 			break
 		}
 	}
+	flood := c.deadLetterFlood(ctx) // breaker.go: counts every call, nil unless open and dead-lettering
 	var r *Report
 	var err error
 	if !ok {
 		r = &Report{Operation: c.op.Name, Namespace: g.Namespace(), Attempts: c.attempts, Err: c.lastErr, Hint: c.hint, extra: c.extra}
+		if flood != nil {
+			r.extra = append(r.extra, flood)
+		}
 		r.Outcomes = make([]Outcome, len(c.items))
 		for i, it := range c.items {
 			r.Outcomes[i] = c.outcome(it)
