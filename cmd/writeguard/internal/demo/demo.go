@@ -69,6 +69,10 @@ type Config struct {
 	// injected transient faults are then left unresolved, and the check
 	// fails.
 	MaxAttempts int
+	// Finished, when not nil, is called with the result after the
+	// accounting, while the connection is still open: dlq is the
+	// dead-letter collection (the command observes its backlog there).
+	Finished func(ctx context.Context, res *Result, dlq *mongo.Collection)
 }
 
 func (c *Config) defaults() {
@@ -277,6 +281,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.ElapsedSeconds = round(time.Since(t0).Seconds(), 2)
 	res.WriteSeconds = round(res.WriteSeconds, 2)
+	if cfg.Finished != nil {
+		cfg.Finished(ctx, res, db.Collection(cfg.DLQ))
+	}
 	return res, nil
 }
 
