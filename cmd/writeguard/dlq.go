@@ -24,7 +24,7 @@ import (
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 )
 
-const dlqUsage = `Usage: writeguard dlq <stats|list|show|replay|discard> [flags]
+const dlqUsage = `Usage: writeguard dlq <stats|list|show|replay|discard|watch> [flags]
 
 Inspect and drain a writeguard dead-letter collection (DLQ): the envelopes
 a guarded collection stored for documents the server rejected as invalid.
@@ -36,6 +36,7 @@ a guarded collection stored for documents the server rejected as invalid.
   replay    write pending originals into their collection; envelopes
             written become "replayed", the ones rejected again stay pending
   discard   mark pending envelopes "discarded" (never replayed)
+  watch     serve the backlog as metrics until interrupted (--metrics-addr, OTLP)
 
 The server is --uri (a MongoDB deployment) or --data-dir (the embedded
 server's files that 'writeguard demo --data-dir DIR' left). Run
@@ -56,6 +57,8 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case "stats", "list", "show", "replay", "discard":
 		return runDLQCommand(ctx, args[0], args[1:], stdout, stderr)
+	case "watch":
+		return dlqWatch(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "writeguard dlq: unknown command %q\n\n%s", args[0], dlqUsage)
 	return exitUsage

@@ -271,3 +271,46 @@ func minValue(m map[string]float64) float64 {
 	}
 	return lo
 }
+
+// TestDLQWatch: "dlq watch" serves the pending envelopes of a dead-letter
+// collection left by the demo on its Prometheus endpoint, equal to the
+// demo's DLQ.
+func TestDLQWatch(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := runCmd(t, context.Background(), "demo", "--limit", "800", "--json", "--data-dir", dir)
+	if code != 0 {
+		t.Fatalf("demo exit %d: %s", code, errOut)
+	}
+	var res demo.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	port := freePort(t)
+	var wout, werr lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"dlq", "watch", "--data-dir", dir, "--interval", "1s", "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port)}, &wout, &werr)
+	}()
+	want := fmt.Sprintf(`writeguard_envelope_status="pending"} %d`, res.DLQ.Pending)
+	var body string
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(body, want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q on /metrics after 30s; stderr %s; body:\n%s", want, werr.String(), body)
+		}
+		time.Sleep(200 * time.Millisecond)
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Errorf("dlq watch exit %d: %s", code, werr.String())
+	}
+}
