@@ -148,6 +148,9 @@ type dlqFlags struct {
 	workers     int
 	lease       time.Duration
 	all         bool
+
+	// telemetry: --metrics-addr, --otlp-endpoint, --linger
+	tel telemetryFlags
 }
 
 var dlqCommandHelp = map[string]string{
@@ -212,6 +215,9 @@ func runDLQCommand(ctx context.Context, cmd string, args []string, stdout, stder
 		return code
 	}
 	filter, validator, msg := checkDLQArgs(cmd, pos, f)
+	if msg == "" {
+		msg = f.tel.check()
+	}
 	if msg != "" {
 		return usageError(stderr, name, "%s", msg)
 	}
@@ -228,6 +234,18 @@ func runDLQCommand(ctx context.Context, cmd string, args []string, stdout, stder
 	if err := checkDLQExists(ctx, c.Client.Database(f.db), f.coll); err != nil {
 		return failure(stderr, name, err)
 	}
+	tel, err := startTelemetry(ctx, &f.tel, "writeguard-dlq", stderr)
+	if err != nil {
+		return failure(stderr, name, err)
+	}
+	defer func() {
+		if tel.Enabled() {
+			observeOnce(ctx, tel, dlq, stderr, name)
+		}
+		if err := tel.Close(); err != nil {
+			fmt.Fprintf(stderr, "writeguard %s: telemetry: %v\n", name, err)
+		}
+	}()
 	switch cmd {
 	case "stats":
 		return dlqStats(ctx, dlq, filter, f, stdout, stderr)
@@ -236,7 +254,7 @@ func runDLQCommand(ctx context.Context, cmd string, args []string, stdout, stder
 	case "show":
 		return dlqShow(ctx, dlq, pos[0], f, stdout, stderr)
 	case "replay":
-		return dlqReplay(ctx, c, dlq, filter, f, validator, stdout, stderr)
+		return dlqReplay(ctx, c, dlq, filter, f, validator, tel, stdout, stderr)
 	default:
 		return dlqDiscard(ctx, dlq, filter, f, stdout, stderr)
 	}
@@ -250,6 +268,7 @@ func dlqFlagSet(cmd string, f *dlqFlags) *flag.FlagSet {
 	fs.StringVar(&f.db, "db", demo.DefaultDatabase, "`database` of the dead-letter collection")
 	fs.StringVar(&f.coll, "dlq", demo.DefaultDLQ, "dead-letter `collection`")
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON instead of a table")
+	addTelemetryFlags(fs, &f.tel, false)
 	if cmd != "show" {
 		fs.Var(&f.keywords, "keyword", "select envelopes with this failing `keyword` (minimum, pattern, required, ...); repeatable or comma-separated")
 		fs.Var(&f.paths, "path", "select envelopes failing on this dotted `path` (Quantity, address.zip); repeatable")

@@ -234,3 +234,64 @@ func TestDemoTrace(t *testing.T) {
 		t.Error("the trace is pretty-printed; want one request per line")
 	}
 }
+
+// TestDLQReplayOTLP: "dlq replay" with OTLP export counts its outcomes in
+// writeguard.replay.envelopes (equal to the run's JSON), traces the
+// replayed writes ("insert orders" spans), and ends with the backlog
+// gauges: no pending envelope left.
+func TestDLQReplayOTLP(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := runCmd(t, context.Background(), "demo", "--limit", "800", "--json", "--data-dir", dir)
+	if code != 0 {
+		t.Fatalf("demo exit %d: %s", code, errOut)
+	}
+	var res demo.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	rcv := &otlpReceiver{}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	rep := dlqJSON(t, 0, "replay", "--data-dir", dir, "--no-validator", "--otlp-endpoint", srv.URL)
+	ns := rep["namespaces"].([]any)[0].(map[string]any)
+	replayed := num(ns["Replayed"])
+	if replayed == 0 || replayed != int(res.DLQ.Pending) {
+		t.Fatalf("replayed %d, the demo left %d pending", replayed, res.DLQ.Pending)
+	}
+
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	got := map[string]int64{}
+	pending := int64(-1)
+	for _, m := range rcv.metrics {
+		switch m.Name {
+		case "writeguard.replay.envelopes":
+			got = map[string]int64{} // cumulative: the last export counts
+			for _, dp := range m.GetSum().GetDataPoints() {
+				got[attrs(dp.Attributes)["writeguard.replay.outcome"]] += dp.GetAsInt()
+			}
+		case "writeguard.dlq.envelopes":
+			for _, dp := range m.GetGauge().GetDataPoints() {
+				if attrs(dp.Attributes)["writeguard.envelope.status"] == "pending" {
+					pending = dp.GetAsInt()
+				}
+			}
+		}
+	}
+	want := map[string]int64{"replayed": int64(replayed), "still_invalid": 0, "conflict": 0, "failed": 0, "skipped": 0}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("OTLP writeguard.replay.envelopes %v, want %v", got, want)
+	}
+	if pending != 0 {
+		t.Errorf("OTLP writeguard.dlq.envelopes{pending} = %d after the replay, want 0", pending)
+	}
+	spans := 0
+	for _, s := range rcv.spans {
+		if s.Name == "insert orders" {
+			spans++
+		}
+	}
+	if spans == 0 {
+		t.Error("no span of the replayed writes")
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/jsonschema"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
+	"github.com/writeguard/writeguard/otelhook"
 	"github.com/writeguard/writeguard/policy"
 	"github.com/writeguard/writeguard/replay"
 )
@@ -84,11 +85,20 @@ type replayRun struct {
 	stderr    io.Writer
 	bar       *progress.Bar
 	done      int64
+	tel       *telemetry
+	rec       *otelhook.ReplayRecorder // nil without telemetry
 }
 
-func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, validator bson.D, stdout, stderr io.Writer) int {
+func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, validator bson.D, tel *telemetry, stdout, stderr io.Writer) int {
 	// Which namespaces have envelopes to replay?
-	rr := &replayRun{c: c, dlq: dlq, sel: filter.WithDefaultStatus(envelope.StatusPending), f: f, validator: validator, stderr: stderr}
+	rr := &replayRun{c: c, dlq: dlq, sel: filter.WithDefaultStatus(envelope.StatusPending), f: f, validator: validator, stderr: stderr, tel: tel}
+	if tel.Enabled() {
+		rec, err := otelhook.NewReplayRecorder(otelhook.WithMeterProvider(tel.MeterProvider))
+		if err != nil {
+			return failure(stderr, "dlq replay", err)
+		}
+		rr.rec = rec
+	}
 	st, err := envelope.Stats(ctx, dlq, rr.sel)
 	if err != nil {
 		return failure(stderr, "dlq replay", err)
@@ -142,6 +152,13 @@ func (rr *replayRun) namespace(ctx context.Context, g envelope.Group) (*replayOu
 	if rr.f.dataDir != "" {
 		opts = append(opts, writeguard.WithClassifier(sqliteBusy))
 	}
+	if rr.tel.Enabled() {
+		h, err := otelhook.New(otelhook.WithTracerProvider(rr.tel.TracerProvider), otelhook.WithMeterProvider(rr.tel.MeterProvider))
+		if err != nil {
+			return nil, failure(rr.stderr, "dlq replay", err), nil
+		}
+		opts = append(opts, writeguard.WithHooks(h))
+	}
 	target, err := writeguard.Wrap(rr.c.Client.Database(db).Collection(coll), opts...)
 	if err != nil {
 		return nil, failure(rr.stderr, "dlq replay", err), nil
@@ -173,6 +190,7 @@ func (rr *replayRun) namespace(ctx context.Context, g envelope.Group) (*replayOu
 	} else {
 		ropts = append(ropts, replay.WithWorkers(rr.f.workers), replay.WithLease(rr.f.lease))
 		res, err = replay.Run(ctx, rr.dlq, target, ropts...)
+		rr.rec.Record(ctx, rr.dlq, replayCounts(res.Counts))
 	}
 	return &replayOut{Namespace: g.Key, Validation: validation, Result: res}, exitOK, err
 }
@@ -352,4 +370,13 @@ func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collec
 		res.Validator, _ = bson.Marshal(validator)
 	}
 	return res, cur.Err()
+}
+
+// replayCounts names the outcomes of a replay run for
+// writeguard.replay.envelopes.
+func replayCounts(c replay.Counts) map[string]int64 {
+	return map[string]int64{
+		otelhook.ReplayReplayed: c.Replayed, otelhook.ReplayStillInvalid: c.StillInvalid,
+		otelhook.ReplayConflict: c.Conflicts, otelhook.ReplayFailed: c.Failed, otelhook.ReplaySkipped: c.Skipped,
+	}
 }

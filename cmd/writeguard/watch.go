@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/conn"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/demo"
 	"github.com/writeguard/writeguard/otelhook"
@@ -82,4 +84,20 @@ func dlqWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fmt.Fprintf(stdout, "watching %s.%s every %v: %d pending\n", db, coll, interval, f.ByStatus["pending"])
 	<-ctx.Done()
 	return exitOK
+}
+
+// observeOnce reads the dead-letter collection once into the backlog
+// gauges, keeps serving them for --linger, exports them (OTLP) and stops:
+// the end of a dlq command run with telemetry flags.
+func observeOnce(ctx context.Context, tel *telemetry, dlq *mongo.Collection, stderr io.Writer, name string) {
+	obs, err := otelhook.ObserveDLQ(context.WithoutCancel(ctx), dlq, otelhook.WithMeterProvider(tel.MeterProvider))
+	if err != nil {
+		fmt.Fprintf(stderr, "writeguard %s: dead-letter gauges: %v\n", name, err)
+		return
+	}
+	defer func() { _ = obs.Stop() }()
+	tel.Linger(ctx)
+	if err := tel.Flush(context.WithoutCancel(ctx)); err != nil {
+		fmt.Fprintf(stderr, "writeguard %s: telemetry: %v\n", name, err)
+	}
 }
