@@ -238,10 +238,12 @@ func runDLQCommand(ctx context.Context, cmd string, args []string, stdout, stder
 	if err != nil {
 		return failure(stderr, name, err)
 	}
+	finish := func() {}
+	if tel.Enabled() {
+		finish = observeRun(ctx, tel, dlq, stderr, name)
+	}
 	defer func() {
-		if tel.Enabled() {
-			observeOnce(ctx, tel, dlq, stderr, name)
-		}
+		finish()
 		if err := tel.Close(); err != nil {
 			fmt.Fprintf(stderr, "writeguard %s: telemetry: %v\n", name, err)
 		}

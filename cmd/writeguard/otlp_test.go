@@ -263,6 +263,7 @@ func TestDLQReplayOTLP(t *testing.T) {
 	defer rcv.mu.Unlock()
 	got := map[string]int64{}
 	pending := int64(-1)
+	var keywords map[string]int64
 	for _, m := range rcv.metrics {
 		switch m.Name {
 		case "writeguard.replay.envelopes":
@@ -276,6 +277,21 @@ func TestDLQReplayOTLP(t *testing.T) {
 					pending = dp.GetAsInt()
 				}
 			}
+		case "writeguard.dlq.pending":
+			keywords = map[string]int64{}
+			for _, dp := range m.GetGauge().GetDataPoints() {
+				keywords[attrs(dp.Attributes)["writeguard.failing_keyword"]] = dp.GetAsInt()
+			}
+		}
+	}
+	// The gauge of pending envelopes by keyword reads 0 for every keyword
+	// once the replay drained them (a keyword seen is kept, at 0).
+	if len(keywords) == 0 {
+		t.Error("no writeguard.dlq.pending points")
+	}
+	for k, n := range keywords {
+		if n != 0 {
+			t.Errorf("writeguard.dlq.pending{%s} = %d after the replay, want 0", k, n)
 		}
 	}
 	want := map[string]int64{"replayed": int64(replayed), "still_invalid": 0, "conflict": 0, "failed": 0, "skipped": 0}

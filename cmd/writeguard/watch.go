@@ -86,18 +86,25 @@ func dlqWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
-// observeOnce reads the dead-letter collection once into the backlog
-// gauges, keeps serving them for --linger, exports them (OTLP) and stops:
-// the end of a dlq command run with telemetry flags.
-func observeOnce(ctx context.Context, tel *telemetry, dlq *mongo.Collection, stderr io.Writer, name string) {
+// observeRun starts the backlog gauges of a dlq command run with
+// telemetry flags, before the command changes anything, and returns what
+// ends them: a last read (the figures after the command; a keyword seen
+// at the start and gone since reads 0), --linger, an export (OTLP) and
+// the stop.
+func observeRun(ctx context.Context, tel *telemetry, dlq *mongo.Collection, stderr io.Writer, name string) func() {
 	obs, err := otelhook.ObserveDLQ(context.WithoutCancel(ctx), dlq, otelhook.WithMeterProvider(tel.MeterProvider))
 	if err != nil {
 		fmt.Fprintf(stderr, "writeguard %s: dead-letter gauges: %v\n", name, err)
-		return
+		return func() {}
 	}
-	defer func() { _ = obs.Stop() }()
-	tel.Linger(ctx)
-	if err := tel.Flush(context.WithoutCancel(ctx)); err != nil {
-		fmt.Fprintf(stderr, "writeguard %s: telemetry: %v\n", name, err)
+	return func() {
+		defer func() { _ = obs.Stop() }()
+		if err := obs.Poll(context.WithoutCancel(ctx)); err != nil {
+			fmt.Fprintf(stderr, "writeguard %s: dead-letter gauges: %v\n", name, err)
+		}
+		tel.Linger(ctx)
+		if err := tel.Flush(context.WithoutCancel(ctx)); err != nil {
+			fmt.Fprintf(stderr, "writeguard %s: telemetry: %v\n", name, err)
+		}
 	}
 }
