@@ -252,7 +252,6 @@ func TestOptionsValidated(t *testing.T) {
 		"throttled":       writeguard.WithThrottledAttempts(0),
 		"fallback alone":  writeguard.WithFallbackDeadLetter(&mocks.Sink{}),
 		"nil option":      nil,
-		"nil logger":      writeguard.WithLogger(nil),
 		"negative upsert": writeguard.WithUpsertConflictRetries(-1),
 	}
 	for name, o := range bad {
@@ -286,7 +285,7 @@ func TestOptionsValidated(t *testing.T) {
 func TestPrepareFailures(t *testing.T) {
 	fake := mocks.NewFake("db.prep")
 	fx := newFixture(t, fake)
-	big := bson.D{{Key: "_id", Value: "big"}, {Key: "blob", Value: strings.Repeat("x", writeguard.MaxDocumentSize)}}
+	big := bson.D{{Key: "_id", Value: "big"}, {Key: "blob", Value: strings.Repeat("x", policy.MaxBSONSize)}}
 	_, err := fx.g.InsertMany(ctx, []any{bson.D{{Key: "_id", Value: 1}}, make(chan int), big, bson.D{{Key: "_id", Value: 2}}},
 		options.InsertMany().SetOrdered(false))
 	var r *writeguard.Report
@@ -308,8 +307,9 @@ func TestPrepareFailures(t *testing.T) {
 	}
 }
 
-// An update model rejected by the validator is dead-lettered with its
-// parts as canonical Extended JSON, which keeps $-prefixed keys storable.
+// An update model rejected by the validator is dead-lettered whole
+// (format 2: envelope.ModelDocument, every option of the model), with
+// the call's options, and rebuilds into the same model.
 func TestDeadLetteredModelEnvelope(t *testing.T) {
 	fake := mocks.NewFake("db.models").Validator(func(doc bson.Raw) (bson.Raw, bool) {
 		_, err := doc.LookupErr("qty")
@@ -319,24 +319,29 @@ func TestDeadLetteredModelEnvelope(t *testing.T) {
 	fx := newFixture(t, fake)
 	_, err := fx.g.BulkWrite(ctx, []mongo.WriteModel{
 		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: "k"}}).
-			SetUpdate(bson.D{{Key: "$unset", Value: bson.D{{Key: "qty", Value: ""}}}}).SetUpsert(true),
-	})
+			SetUpdate(bson.D{{Key: "$unset", Value: bson.D{{Key: "qty", Value: ""}}}}).SetUpsert(true).
+			SetHint("k_1").SetCollation(&options.Collation{Locale: "en", Strength: 2}),
+	}, options.BulkWrite().SetLet(bson.D{{Key: "v", Value: int32(1)}}).SetBypassDocumentValidation(false))
 	if !errors.Is(err, writeguard.ErrDeadLettered) {
 		t.Fatalf("err = %v, want the update dead-lettered", err)
 	}
 	env := fx.sink.Envelopes()[0]
-	if op := env.Original.Lookup("op").StringValue(); op != "updateOne" {
-		t.Errorf("op %q", op)
+	if env.Kind != envelope.KindUpdateOne || env.Original.Lookup("op").StringValue() != "updateOne" {
+		t.Errorf("kind %q, original %s", env.Kind, env.Original)
 	}
-	var parts bson.Raw
-	if err := bson.UnmarshalExtJSON([]byte(env.Original.Lookup("model").StringValue()), true, &parts); err != nil {
+	if _, err := env.Original.LookupErr("update", "$unset", "qty"); err != nil || !env.Original.Lookup("upsert").Boolean() ||
+		env.Original.Lookup("hint").StringValue() != "k_1" || env.Original.Lookup("collation", "strength").Int32() != 2 {
+		t.Errorf("original %s lacks the update, upsert, hint or collation", env.Original)
+	}
+	if env.CallOptions.Lookup("let", "v").Int32() != 1 || env.CallOptions.Lookup("bypassDocumentValidation").Boolean() {
+		t.Errorf("call options %s", env.CallOptions)
+	}
+	m, err := envelope.ParseModel(env.Kind, env.Original)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := parts.LookupErr("update", "$unset", "qty"); err != nil || !parts.Lookup("upsert").Boolean() {
-		t.Errorf("model parts %s lack the update or upsert", parts)
-	}
-	if elems, _ := env.Original.Elements(); len(elems) != 2 {
-		t.Errorf("original %s: want only op and model, no $-prefixed keys", env.Original)
+	if um, ok := m.(*mongo.UpdateOneModel); !ok || um.Hint == nil || um.Collation.Locale != "en" || !*um.Upsert {
+		t.Errorf("rebuilt %#v", m)
 	}
 }
 
@@ -394,5 +399,52 @@ func TestMisuseDoesNotPanic(t *testing.T) {
 	_, err = g.InsertOne(ctx, bson.D{{Key: "x", Value: 1}})
 	if !errors.Is(err, writeguard.ErrDeadLetterFailed) {
 		t.Fatalf("err = %v, want dead_letter_failed", err)
+	}
+}
+
+// A recovered panic of user code keeps its stack: the PanicError in the
+// Outcome (reached with errors.As through the Report) names what panicked
+// and holds the stack of the goroutine that panicked, down to the
+// callback's own frame.
+func TestRecoveredPanicKeepsStack(t *testing.T) {
+	ctx := context.Background()
+	fake := mocks.NewFake("db.panicstack")
+	_ = fake.Seed(bson.D{{Key: "_id", Value: 1}})
+	boom := writeguard.ConflictHandlerFunc(func(context.Context, *writeguard.Conflict) (policy.Disposition, error) { panic("boom") })
+	g, err := writeguard.New(fake, writeguard.WithConflictHandler(boom))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = g.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}})
+	var pe *writeguard.PanicError
+	if !errors.As(err, &pe) {
+		t.Fatalf("err = %v, want a PanicError reachable with errors.As", err)
+	}
+	if pe.What != "conflict handler" || pe.Value != "boom" || !strings.Contains(string(pe.Stack()), "TestRecoveredPanicKeepsStack") {
+		t.Errorf("PanicError{What: %q, Value: %v}, stack:\n%s\nwant the handler named, its value and the test's frame in the stack", pe.What, pe.Value, pe.Stack())
+	}
+
+	sink := &mocks.Sink{Before: func(context.Context, int, []envelope.Envelope) error { panic("disk on fire") }}
+	g, _ = writeguard.New(mocks.NewFake("db.sinkpanicstack").Validator(func(bson.Raw) (bson.Raw, bool) { return nil, true }), writeguard.WithDeadLetter(sink))
+	_, err = g.InsertOne(ctx, bson.D{{Key: "x", Value: 1}})
+	if !errors.As(err, &pe) || pe.What != "dead-letter sink" || !strings.Contains(string(pe.Stack()), "TestRecoveredPanicKeepsStack") {
+		t.Fatalf("err = %v, want the sink's panic with its stack", err)
+	}
+}
+
+// The nil rule: an option whose feature can be absent takes nil as none.
+// WithLogger(nil) is no logging (as otelhook.WithLogger(nil)), and an
+// unclassified code still ends the call as it would with a logger.
+func TestNilLoggerIsNoLogging(t *testing.T) {
+	fake := mocks.NewFake("db.nillog")
+	fake.Script(mocks.Reply(`{"ok":0,"code":424242,"errmsg":"new"}`))
+	g, err := writeguard.New(fake, writeguard.WithLogger(nil))
+	if err != nil {
+		t.Fatalf("WithLogger(nil): %v, want no logging and no error", err)
+	}
+	_, err = g.InsertOne(context.Background(), bson.D{{Key: "x", Value: 1}})
+	var r *writeguard.Report
+	if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.Failed || r.Outcomes[0].Class != policy.Unknown {
+		t.Fatalf("err = %v, want the unclassified code failed", err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/writeguard/writeguard/internal/engine"
 )
 
 // ErrDeadLetterFlood matches (errors.Is) the error of a call that
@@ -205,38 +207,40 @@ func (b *breaker) record(now time.Time, docs, dead int) breakerState {
 	return st
 }
 
-// deadLetterFlood records the call's documents in the breaker, logs a
-// transition, and returns the reason the call is not handled when the
-// breaker is open and the call dead-lettered, else nil. It runs once per
-// call, after every document has its disposition (finish).
-func (c *call) deadLetterFlood(ctx context.Context) *FloodError {
-	b := c.g.cfg.breaker
+// settled returns the engine's Settled callback of b (nil when b is nil,
+// the breaker off): it records each call's settled and dead-lettered
+// inputs, logs a transition, and returns the reason the call is not
+// handled when the breaker is open and the call dead-lettered, else nil.
+func (b *breaker) settled(namespace string, logger *slog.Logger, clk engine.Clock) func(context.Context, int, int) error {
 	if b == nil {
 		return nil
 	}
-	dead := 0
-	for _, it := range c.items {
-		if it.disp == DeadLettered {
-			dead++
+	now := time.Now
+	if clk != nil {
+		now = clk.Now
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return func(ctx context.Context, inputs, dead int) error {
+		st := b.record(now(), inputs, dead)
+		attrs := []slog.Attr{
+			slog.String("namespace", namespace), slog.Float64("share", st.share),
+			slog.Int64("documents", st.docs), slog.Int64("dead_lettered", st.dead),
+			slog.Float64("threshold", b.cfg.Threshold), slog.Duration("window", b.cfg.Window),
 		}
+		switch {
+		case st.opened:
+			logger.LogAttrs(ctx, slog.LevelWarn, "writeguard: dead-letter flood breaker open; calls that dead-letter are not handled", attrs...)
+		case st.closed:
+			logger.LogAttrs(ctx, slog.LevelInfo, "writeguard: dead-letter flood breaker closed", attrs...)
+		}
+		if !st.open || dead == 0 {
+			return nil
+		}
+		return &FloodError{Share: st.share, Documents: st.docs, DeadLettered: st.dead,
+			Threshold: b.cfg.Threshold, Window: b.cfg.Window, CallDeadLettered: dead}
 	}
-	st := b.record(c.g.cfg.clock.Now(), len(c.items), dead)
-	attrs := []slog.Attr{
-		slog.String("namespace", c.g.Namespace()), slog.Float64("share", st.share),
-		slog.Int64("documents", st.docs), slog.Int64("dead_lettered", st.dead),
-		slog.Float64("threshold", b.cfg.Threshold), slog.Duration("window", b.cfg.Window),
-	}
-	switch {
-	case st.opened:
-		c.g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "writeguard: dead-letter flood breaker open; calls that dead-letter are not handled", attrs...)
-	case st.closed:
-		c.g.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "writeguard: dead-letter flood breaker closed", attrs...)
-	}
-	if !st.open || dead == 0 {
-		return nil
-	}
-	return &FloodError{Share: st.share, Documents: st.docs, DeadLettered: st.dead,
-		Threshold: b.cfg.Threshold, Window: b.cfg.Window, CallDeadLettered: dead}
 }
 
 // flood returns the FloodError the call attached to r, nil when none.

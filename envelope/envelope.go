@@ -8,8 +8,23 @@ import (
 )
 
 // SchemaVersion is the version of the Envelope layout written by this
-// package. It is stored in every envelope as schema_version.
-const SchemaVersion = 1
+// package. It is stored in every envelope as schema_version. Decode and
+// package replay read every version:
+//
+//   - 0 or 1 (before): an update, replace or delete model's original is
+//     {op, model: <canonical Extended JSON of {filter, update|replacement,
+//     upsert}>} and loses its other options; original and err_info are
+//     always sub-documents; the fingerprint is the SHA-256 of the
+//     unredacted original.
+//   - 2: kind names the model; a model's original is ModelDocument's
+//     document (every option of the driver's model); call_options holds
+//     the call's options; original, err_info and call_options are kept as
+//     binary (<name>_raw) when the server could not store them as
+//     sub-documents (binary); fields that had to be encrypted are withheld
+//     (withheld, withheld_note); what was cut for size is listed (cut);
+//     fingerprint_scheme says how the fingerprint was made; the status
+//     may be quarantined, with replay_failures.
+const SchemaVersion = 2
 
 // Status values of an Envelope.
 const (
@@ -19,22 +34,57 @@ const (
 	StatusReplayed = "replayed"
 	// StatusDiscarded: given up by an operator.
 	StatusDiscarded = "discarded"
+	// StatusQuarantined: set aside after too many failed replays
+	// (Envelope.ReplayFailures); a replay skips it unless asked (format 2).
+	StatusQuarantined = "quarantined"
 )
+
+// Statuses lists every status, in the order above.
+var Statuses = []string{StatusPending, StatusReplayed, StatusDiscarded, StatusQuarantined}
 
 // Envelope is one dead-lettered document or write model, as stored in the
 // dead-letter collection. Field names (bson tags) are the stored names
 // (the collection's validator, Validator, checks the core ones); they are
 // part of the stored format and do not change within a SchemaVersion.
 type Envelope struct {
-	// SchemaVersion is the layout version (SchemaVersion).
+	// SchemaVersion is the layout version (SchemaVersion); 0 for an
+	// envelope written before the field existed.
 	SchemaVersion int `bson:"schema_version" json:"schema_version"`
-	// Fingerprint is the hex SHA-256 of the canonical original without a
-	// writeguard-assigned _id (see Fingerprint). It is the dead-letter
-	// collection's unique key: a recapture of the same payload upserts.
+	// Fingerprint is the dead-letter collection's unique key: a recapture
+	// of the same payload upserts. Its scheme is FingerprintScheme.
 	Fingerprint string `bson:"fingerprint" json:"fingerprint"`
-	// Original is the document (or write model) verbatim, as marshalled
-	// for the write.
+	// FingerprintScheme says how Fingerprint was made (the Scheme*
+	// constants); empty before format 2 (SchemeCanonical).
+	FingerprintScheme string `bson:"fingerprint_scheme,omitempty" json:"fingerprint_scheme,omitempty"`
+	// Kind is the write the envelope holds (KindInsertOne, KindUpdateOne,
+	// ...); empty before format 2 (an original with _id is an insert, one
+	// with a string op a model).
+	Kind string `bson:"kind,omitempty" json:"kind,omitempty"`
+	// Original is the document (KindInsertOne) verbatim, as marshalled for
+	// the write, or the model's document (ModelDocument). It is stored as
+	// the sub-document original, or, when the server could not store it
+	// so (see Binary), as the exact bytes in the binary field
+	// original_raw; Decode fills it from either.
 	Original bson.Raw `bson:"original" json:"-"`
+	// CallOptions is the document of the guarded call's options that
+	// change what the write does (CallOptions.Document); nil when the
+	// caller set none. Stored as call_options or call_options_raw.
+	CallOptions bson.Raw `bson:"call_options,omitempty" json:"-"`
+	// Binary lists the fields stored as exact bytes (<field>_raw, BSON
+	// binary subtype 0) instead of sub-documents, and why (a dotted or
+	// $-prefixed key, a duplicated key, ...). Set by the sink.
+	Binary []BinaryField `bson:"binary,omitempty" json:"binary,omitempty"`
+	// Withheld lists the fields of Original that are not stored because
+	// the server refused them for not being encrypted (see WithWithheld);
+	// a replay refuses to write the envelope unless the caller supplies
+	// them.
+	Withheld []WithheldField `bson:"withheld,omitempty" json:"withheld,omitempty"`
+	// WithheldNote says, when errInfo could not tell which fields had to
+	// be encrypted (absent, or cut), what was withheld and on what basis.
+	WithheldNote string `bson:"withheld_note,omitempty" json:"withheld_note,omitempty"`
+	// Cut lists what was cut to fit the 16 MiB limit, in the order it was
+	// cut (diagnostics before the original).
+	Cut []CutField `bson:"cut,omitempty" json:"cut,omitempty"`
 	// OriginalTruncated is true when Original was cut to fit the 16 MiB
 	// BSON limit together with the envelope's own fields (see MongoSink):
 	// it then holds only the top-level fields that fit, and cannot be
@@ -84,8 +134,11 @@ type Envelope struct {
 	LastSeen  time.Time `bson:"last_seen" json:"last_seen"`
 	// Attempts counts the captures of this payload (≥ 1).
 	Attempts int `bson:"attempts" json:"attempts"`
-	// Status is StatusPending, StatusReplayed or StatusDiscarded.
+	// Status is one of Statuses.
 	Status string `bson:"status" json:"status"`
+	// ReplayFailures counts the replays that tried the envelope and did
+	// not write it (format 2; maintained by package replay).
+	ReplayFailures int `bson:"replay_failures,omitempty" json:"replay_failures,omitempty"`
 	// ReplayedAt is when a replay wrote the payload to its target (status
 	// replayed); zero otherwise. Set by package replay.
 	ReplayedAt time.Time `bson:"replayed_at,omitempty" json:"replayed_at,omitzero"`
@@ -102,6 +155,42 @@ type Envelope struct {
 	// the payload, when there was one (hex, W3C trace context).
 	TraceID string `bson:"trace_id,omitempty" json:"trace_id,omitempty"`
 	SpanID  string `bson:"span_id,omitempty" json:"span_id,omitempty"`
+}
+
+// BinaryField is one entry of Envelope.Binary.
+type BinaryField struct {
+	// Field is the envelope field ("original", "err_info",
+	// "call_options"), stored as Field+"_raw".
+	Field string `bson:"field" json:"field"`
+	// Reason says what the server would refuse in the sub-document.
+	Reason string `bson:"reason" json:"reason"`
+}
+
+// WithheldField is one entry of Envelope.Withheld.
+type WithheldField struct {
+	// Path is the dotted path in the written document (for a model, the
+	// path in the model document, e.g. "update.$set.ssn").
+	Path string `bson:"path" json:"path"`
+	// Reason says why: "encrypt" (errInfo's operatorName: the server
+	// refused it for not being encrypted) or "schema encrypt" (the
+	// collection's schema marks it encrypt; see WithEncryptedPaths).
+	Reason string `bson:"reason" json:"reason"`
+}
+
+// CutField is one entry of Envelope.Cut.
+type CutField struct {
+	// Field is what was cut: "err_info.consideredValue" (the values
+	// errInfo repeats), "err_info.details" (arrays of the details tree cut
+	// to their first items), "err_info" (replaced by a summary),
+	// "failing_paths", "failing_keywords", "errmsg", "original".
+	Field string `bson:"field" json:"field"`
+	// Size is the field's size in bytes before the cut.
+	Size int `bson:"size" json:"size"`
+	// Total and Kept count items (list entries, array elements, top-level
+	// fields of the original) before and after the cut, when it counts
+	// items.
+	Total int `bson:"total,omitempty" json:"total,omitempty"`
+	Kept  int `bson:"kept,omitempty" json:"kept,omitempty"`
 }
 
 // Sink receives dead-lettered envelopes.

@@ -171,10 +171,14 @@ func FailingPaths(errInfo bson.Raw) []string {
 // need in one walk of errInfo.details; each only asks for its own part.
 type errInfoWalker struct {
 	wantOps, wantLeaves, wantPaths bool
+	// wantOpPaths, when set, gathers in opPaths the paths of the nodes
+	// whose operatorName it is (EncryptedPaths).
+	wantOpPaths string
 
-	ops    []string
-	leaves stringSet
-	paths  stringSet
+	ops     []string
+	leaves  stringSet
+	paths   stringSet
+	opPaths stringSet
 }
 
 // walkResult is what a walked subtree reports to its parent.
@@ -252,6 +256,9 @@ func (w *errInfoWalker) walkDoc(doc []byte, path string, depth int) walkResult {
 		if w.wantOps {
 			w.ops = append(w.ops, h.op)
 		}
+		if w.wantOpPaths != "" && h.op == w.wantOpPaths && path != "" {
+			w.opPaths.add(path)
+		}
 	}
 	childPath := w.nodePaths(h, path, &res)
 	below := w.walkChildren(doc, h.op, path, childPath, depth)
@@ -321,13 +328,16 @@ func readNodeHeader(doc []byte) nodeHeader {
 // its children.
 func (w *errInfoWalker) nodePaths(h nodeHeader, path string, res *walkResult) string {
 	childPath := path
-	if h.hasProp && w.wantPaths {
+	tracking := w.wantPaths || w.wantOpPaths != ""
+	if h.hasProp && tracking {
 		childPath = joinPath(path, h.propName)
 	}
 	if h.hasFailing {
 		res.added = true
-		if w.wantPaths {
+		if tracking {
 			childPath = joinPath(childPath, h.failingProp)
+		}
+		if w.wantPaths {
 			w.paths.add(childPath)
 		}
 	}

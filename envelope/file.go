@@ -36,40 +36,60 @@ import (
 // fingerprint and is idempotent), then run package replay as usual.
 //
 // Each Put writes all its lines with one write call to a file opened with
-// O_APPEND, then fsyncs the file before returning nil, so a Put that
-// returned nil survives a crash of the process or the machine. A crash
-// during a Put can leave a last line cut short, which ReadFile reports.
-// FileSink is safe for concurrent use; several processes appending to one
-// file is safe on local file systems for Puts under the pipe-atomic size
-// only, so give each process its own file.
+// O_APPEND, then fsyncs the file, and confirms an envelope (returns nil,
+// or a nil entry of PutEach) only when its whole line was written and the
+// fsync that followed succeeded: what a Put confirmed survives a crash of
+// the process or the machine and ReadFile gives it back. A write that
+// fails part-way (disk full) or a crash during a Put can leave a last
+// line cut short (a torn tail); the next Put, and NewFileSink on a file
+// whose last byte is not a newline, first ends that line with a newline,
+// so that later lines stay whole, and ReadFile reports the torn line and
+// goes on (TestFileSinkTornTailThenPuts). FileSink is safe for concurrent
+// use; several processes appending to one file is safe on local file
+// systems for Puts under the pipe-atomic size only, so give each process
+// its own file.
 //
-// The file is created with mode 0600: it holds users' documents.
-// Redaction options (WithRedact, WithRedactErrInfo) apply as for
-// MongoSink; there is no size limit.
+// The file is created with mode 0600: it holds users' documents (an
+// existing file keeps its mode). Redaction options (WithRedact,
+// WithRedactErrInfo) apply as for MongoSink; there is no size limit.
 type FileSink struct {
-	mu     sync.Mutex
-	f      *os.File
-	path   string
-	cfg    sinkConfig
-	closed bool
+	mu   sync.Mutex
+	f    *os.File
+	w    writeSyncer // f, or a test's wrapper around it
+	path string
+	cfg  sinkConfig
+	// checkTail: the file may end in a torn line (at open, or after a
+	// failed write or fsync); the next write checks its last byte first.
+	checkTail bool
+	closed    bool
 }
 
-var _ Sink = (*FileSink)(nil)
+// writeSyncer is the part of *os.File a FileSink writes through.
+type writeSyncer interface {
+	Write([]byte) (int, error)
+	Sync() error
+}
+
+var (
+	_ Sink        = (*FileSink)(nil)
+	_ PartialSink = (*FileSink)(nil)
+)
 
 // NewFileSink opens (creating it if needed, mode 0600) the file at path
 // for appending and returns a FileSink writing to it. Only the redaction
 // options of opts apply. A nil option or a bad value is an error (the
-// file is then not opened).
+// file is then not opened). A file whose last line was cut short (a torn
+// tail) is accepted: the first Put ends that line before writing.
 func NewFileSink(path string, opts ...SinkOption) (*FileSink, error) {
 	cfg := newSinkConfig(opts)
 	if err := cfg.err(); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("envelope: opening file sink: %w", err)
 	}
-	return &FileSink{f: f, path: path, cfg: cfg}, nil
+	return &FileSink{f: f, w: f, path: path, cfg: cfg, checkTail: true}, nil
 }
 
 // Path returns the file's path.
@@ -78,75 +98,130 @@ func (s *FileSink) Path() string { return s.path }
 // ErrClosed is returned by FileSink.Put after Close.
 var ErrClosed = errors.New("envelope: file sink is closed")
 
-// Put appends one line per envelope and fsyncs the file. It returns an
-// error if an envelope cannot be encoded (nothing is written then), if a
-// redaction hook returns invalid BSON, if the write or the fsync fails
-// (some lines may have been written), if ctx is already done, or
-// ErrClosed after Close.
+// Put appends one line per envelope and fsyncs the file. It returns nil
+// only when every line was written and fsynced. It returns an error if an
+// envelope cannot be encoded (nothing is written then), if a redaction
+// hook returns invalid BSON (nothing is written), if the write or the
+// fsync fails (some lines may have been written: PutEach says which are
+// confirmed), if ctx is already done, or ErrClosed after Close.
 func (s *FileSink) Put(ctx context.Context, envs []Envelope) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if len(envs) == 0 {
-		return nil
-	}
-	var buf bytes.Buffer
-	for i := range envs {
-		env, err := s.prepare(envs[i])
+	errs := s.put(ctx, envs, true)
+	for _, err := range errs {
 		if err != nil {
 			return err
 		}
-		line, err := MarshalLine(env)
-		if err != nil {
-			return err
-		}
-		buf.Write(line)
-		buf.WriteByte('\n')
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
-	if _, err := s.f.Write(buf.Bytes()); err != nil {
-		return fmt.Errorf("envelope: file sink %s: %w", s.path, err)
-	}
-	if err := s.f.Sync(); err != nil {
-		return fmt.Errorf("envelope: file sink %s: fsync: %w", s.path, err)
 	}
 	return nil
 }
 
+// PutEach is Put reporting per envelope (see PartialSink): an envelope
+// that cannot be encoded fails alone (the others are written); after a
+// write that failed part-way, the envelopes whose lines were written
+// whole are confirmed if the fsync that follows succeeds; a failed fsync
+// fails every envelope of the call.
+func (s *FileSink) PutEach(ctx context.Context, envs []Envelope) []error {
+	return s.put(ctx, envs, false)
+}
+
+// put writes envs; all: one envelope that cannot be encoded fails the
+// call before anything is written (Put).
+func (s *FileSink) put(ctx context.Context, envs []Envelope, all bool) []error {
+	errs := make([]error, len(envs))
+	fail := func(err error) []error {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	if len(envs) == 0 {
+		return errs
+	}
+	var buf bytes.Buffer
+	ends := make([]int, len(envs)) // end offset of each line in buf; -1: not written
+	for i := range envs {
+		ends[i] = -1
+		env, err := s.prepare(envs[i])
+		var line []byte
+		if err == nil {
+			line, err = MarshalLine(env)
+		}
+		if err != nil {
+			if all {
+				return fail(err)
+			}
+			errs[i] = err
+			continue
+		}
+		buf.Write(line)
+		buf.WriteByte('\n')
+		ends[i] = buf.Len()
+	}
+	if buf.Len() == 0 {
+		return errs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fail(ErrClosed)
+	}
+	data := buf.Bytes()
+	prefix := 0
+	if s.checkTail && !s.endsWithNewline() {
+		// Torn tail: end that line, so that ours starts on a line of its own.
+		data = append([]byte{'\n'}, data...)
+		prefix = 1
+	}
+	n, werr := s.w.Write(data)
+	n -= prefix
+	if werr != nil {
+		s.checkTail = true
+		werr = fmt.Errorf("envelope: file sink %s: %w", s.path, werr)
+	}
+	if serr := s.w.Sync(); serr != nil {
+		s.checkTail = true
+		return fail(fmt.Errorf("envelope: file sink %s: fsync: %w", s.path, serr))
+	}
+	if werr == nil {
+		s.checkTail = false
+		return errs
+	}
+	for i, end := range ends {
+		if end >= 0 && end > n {
+			errs[i] = werr
+		}
+	}
+	return errs
+}
+
+// endsWithNewline reports whether the file is empty or ends with a
+// newline; false when that cannot be read (a newline too many is an empty
+// line, which ReadFile skips).
+func (s *FileSink) endsWithNewline() bool {
+	fi, err := s.f.Stat()
+	if err != nil {
+		return false
+	}
+	if fi.Size() == 0 {
+		return true
+	}
+	var b [1]byte
+	if _, err := s.f.ReadAt(b[:], fi.Size()-1); err != nil {
+		return false
+	}
+	return b[0] == '\n'
+}
+
 func (s *FileSink) prepare(env Envelope) (Envelope, error) {
-	if env.Fingerprint == "" {
-		env.Fingerprint = Fingerprint(env.Original, env.IDAssigned)
-	}
-	if env.SchemaVersion == 0 {
-		env.SchemaVersion = SchemaVersion
-	}
-	if env.Attempts < 1 {
-		env.Attempts = 1
-	}
 	if env.Status == "" {
 		env.Status = StatusPending
 	}
-	if s.cfg.redact != nil {
-		red, err := applyRedact(s.cfg.redact, env.Original)
-		if err != nil {
-			return env, fmt.Errorf("envelope: redaction hook for fingerprint %s: %w", env.Fingerprint, err)
-		}
-		if !bytes.Equal(red, env.Original) {
-			env.Original, env.OriginalRedacted = red, true
-		}
-	}
-	if s.cfg.redactErrInfo != nil && len(env.ErrInfo) > 0 {
-		red, err := applyRedact(s.cfg.redactErrInfo, env.ErrInfo)
-		if err != nil {
-			return env, fmt.Errorf("envelope: errInfo redaction hook for fingerprint %s: %w", env.Fingerprint, err)
-		}
-		env.ErrInfo = red
-	}
-	return env, nil
+	// The same withholding, redaction and fingerprint as MongoSink.
+	return protect(env, s.cfg)
 }
 
 // Close closes the file. Later Puts return ErrClosed; Close is idempotent.
@@ -167,11 +242,14 @@ type fileLine struct {
 	Original   json.RawMessage `json:"original"`
 	ErrInfo    json.RawMessage `json:"err_info,omitempty"`
 	DocumentID json.RawMessage `json:"document_id,omitempty"`
+	// CallOptions is Envelope.CallOptions (format 2).
+	CallOptions json.RawMessage `json:"call_options,omitempty"`
 	// The exact bytes, when the Extended JSON above would not give them
 	// back (see FileSink).
-	OriginalBSON   []byte `json:"original_bson,omitempty"`
-	ErrInfoBSON    []byte `json:"err_info_bson,omitempty"`
-	DocumentIDBSON []byte `json:"document_id_bson,omitempty"`
+	OriginalBSON    []byte `json:"original_bson,omitempty"`
+	ErrInfoBSON     []byte `json:"err_info_bson,omitempty"`
+	DocumentIDBSON  []byte `json:"document_id_bson,omitempty"`
+	CallOptionsBSON []byte `json:"call_options_bson,omitempty"`
 }
 
 // MarshalLine returns env as one line of a FileSink file (without the
@@ -189,6 +267,11 @@ func MarshalLine(env Envelope) ([]byte, error) {
 	if len(env.ErrInfo) > 0 {
 		if l.ErrInfo, l.ErrInfoBSON, err = docField(env.ErrInfo); err != nil {
 			return nil, fmt.Errorf("envelope: err_info of fingerprint %s: %w", env.Fingerprint, err)
+		}
+	}
+	if len(env.CallOptions) > 0 {
+		if l.CallOptions, l.CallOptionsBSON, err = docField(env.CallOptions); err != nil {
+			return nil, fmt.Errorf("envelope: call_options of fingerprint %s: %w", env.Fingerprint, err)
 		}
 	}
 	if env.DocumentID.Type != 0 {
@@ -235,6 +318,9 @@ func UnmarshalLine(line []byte) (Envelope, error) {
 	}
 	if env.ErrInfo, err = docFromLine(l.ErrInfo, l.ErrInfoBSON); err != nil {
 		return Envelope{}, fmt.Errorf("err_info: %w", err)
+	}
+	if env.CallOptions, err = docFromLine(l.CallOptions, l.CallOptionsBSON); err != nil {
+		return Envelope{}, fmt.Errorf("call_options: %w", err)
 	}
 	switch {
 	case len(l.DocumentIDBSON) > 0:
@@ -315,10 +401,13 @@ func valueFromExtJSON(b []byte) (bson.RawValue, error) {
 }
 
 // ReadFile reads a file written by FileSink and returns its envelopes in
-// file order. Empty lines are skipped. On a line it cannot decode (a last
-// line cut short by a crash during a Put, say) it returns the envelopes of
-// the lines before it and an error naming the line number; lines after it
-// are not read.
+// file order. Empty lines are skipped. A line it cannot decode (a line cut
+// short by a crash or a failed write during a Put, a hand-edited line) is
+// skipped and reported, and reading goes on: it returns every envelope of
+// the lines it could decode, and an error joining one *LineError per
+// broken line (at most MaxLineErrors of them, then one error counting the
+// rest), or nil when every line decoded. A file that cannot be opened or
+// read is an error too (with the envelopes read until then).
 func ReadFile(path string) ([]Envelope, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -328,10 +417,39 @@ func ReadFile(path string) ([]Envelope, error) {
 	return ReadLines(f)
 }
 
+// MaxLineErrors is how many broken lines ReadFile and ReadLines report one
+// by one; the rest are counted in one further error.
+const MaxLineErrors = 100
+
+// LineError is a line of a FileSink file that could not be decoded.
+type LineError struct {
+	// Line is the line's number, from 1.
+	Line int
+	// CutShort is true when it is the last line and has no newline (a
+	// crash or a failed write during a Put).
+	CutShort bool
+	// Err is the decoding error.
+	Err error
+}
+
+// Error says which line, and why.
+func (e *LineError) Error() string {
+	s := fmt.Sprintf("envelope: line %d: %v", e.Line, e.Err)
+	if e.CutShort {
+		s += " (last line has no newline: cut short?)"
+	}
+	return s
+}
+
+// Unwrap returns the decoding error.
+func (e *LineError) Unwrap() error { return e.Err }
+
 // ReadLines is ReadFile over any reader (lines of any length).
 func ReadLines(r io.Reader) ([]Envelope, error) {
 	br := bufio.NewReaderSize(r, 64*1024)
 	var out []Envelope
+	var bad []error
+	broken := 0
 	for n := 1; ; n++ {
 		line, err := br.ReadBytes('\n')
 		if len(line) > 0 {
@@ -339,19 +457,25 @@ func ReadLines(r io.Reader) ([]Envelope, error) {
 			if len(trimmed) > 0 {
 				env, derr := UnmarshalLine(trimmed)
 				if derr != nil {
-					if err == io.EOF && line[len(line)-1] != '\n' {
-						derr = fmt.Errorf("%w (last line has no newline: cut short?)", derr)
+					broken++
+					if len(bad) < MaxLineErrors {
+						bad = append(bad, &LineError{Line: n, Err: derr, CutShort: err == io.EOF && line[len(line)-1] != '\n'})
 					}
-					return out, fmt.Errorf("envelope: line %d: %w", n, derr)
+				} else {
+					out = append(out, env)
 				}
-				out = append(out, env)
 			}
 		}
 		if err == io.EOF {
-			return out, nil
+			break
 		}
 		if err != nil {
-			return out, fmt.Errorf("envelope: line %d: %w", n, err)
+			bad = append(bad, fmt.Errorf("envelope: line %d: %w", n, err))
+			break
 		}
 	}
+	if broken > MaxLineErrors {
+		bad = append(bad, fmt.Errorf("envelope: %d more lines could not be decoded", broken-MaxLineErrors))
+	}
+	return out, errors.Join(bad...)
 }

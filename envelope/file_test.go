@@ -135,7 +135,12 @@ func TestFileSinkRoundTrip(t *testing.T) {
 		if Fingerprint(g.Original, g.IDAssigned) != w.Fingerprint {
 			t.Errorf("%d: fingerprint of the read original differs", i)
 		}
-		// Everything else, field by field.
+		// Everything else, field by field; a 121 without errInfo gets a
+		// note of what was withheld (nothing, and why).
+		if wantNote := len(w.ErrInfo) == 0 && w.Code == 121; wantNote != (g.WithheldNote != "") {
+			t.Errorf("%d: withheld_note %q, want one: %v", i, g.WithheldNote, wantNote)
+		}
+		g.WithheldNote = ""
 		g.Original, g.ErrInfo, g.DocumentID = nil, nil, bson.RawValue{}
 		w.Original, w.ErrInfo, w.DocumentID = nil, nil, bson.RawValue{}
 		if !reflect.DeepEqual(g, w) {

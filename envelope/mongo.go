@@ -1,16 +1,20 @@
 package envelope
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/writeguard/writeguard/policy"
 )
@@ -31,10 +35,6 @@ const EnvelopeHeadroom = 16 * 1024
 // MaxBSONSize − EnvelopeHeadroom bytes. A larger one has its original
 // truncated (see MongoSink).
 const MaxEnvelopeSize = MaxBSONSize - EnvelopeHeadroom
-
-// maxErrInfoShare is the most of MaxEnvelopeSize an errInfo may take
-// before it is replaced by a summary: the original matters more.
-const maxErrInfoShare = MaxEnvelopeSize / 4
 
 // maxDroppedNames bounds Envelope.OriginalDropped.
 const maxDroppedNames = 100
@@ -61,6 +61,11 @@ type sinkConfig struct {
 	redactErrInfo func(bson.Raw) bson.Raw
 	upsertRetries int
 	insertFirst   bool
+	setup         []SetupOption
+	logger        *slog.Logger
+	fpKey         []byte
+	encrypted     map[string][]string // namespace → paths (WithEncryptedPaths)
+	plaintext     bool                // WithPlaintextEncryptedFields
 	now           func() time.Time
 	errs          []error
 }
@@ -127,6 +132,38 @@ func WithUpsertRetries(n int) SinkOption {
 // upsert (FerretDB v1; see MongoSink). Ignored by FileSink.
 func WithInsertFirst() SinkOption {
 	return sinkOptionFunc(func(c *sinkConfig) { c.insertFirst = true })
+}
+
+// WithSetup sets the options (WithTTL, WithoutValidator, ...) with which
+// MongoSink re-establishes the dead-letter collection and its indexes when
+// it finds its unique fingerprint index gone (see MongoSink, "Lost
+// indexes"). Default: EnsureCollection's defaults. Give the options the
+// collection was set up with. Ignored by FileSink.
+func WithSetup(opts ...SetupOption) SinkOption {
+	return sinkOptionFunc(func(c *sinkConfig) {
+		for i, o := range opts {
+			if o == nil {
+				c.errs = append(c.errs, fmt.Errorf("envelope: WithSetup: option %d is nil", i))
+				return
+			}
+		}
+		c.setup = append([]SetupOption(nil), opts...)
+	})
+}
+
+// WithLogger sets the logger MongoSink tells, at level Warn, that it
+// found the dead-letter collection's unique fingerprint index gone and
+// what re-establishing it did (the SetupReport), or why it refuses to
+// store. Default: no logging (Put's error and Reestablished still say
+// so). A nil logger is an error. Ignored by FileSink.
+func WithLogger(l *slog.Logger) SinkOption {
+	return sinkOptionFunc(func(c *sinkConfig) {
+		if l == nil {
+			c.errs = append(c.errs, errors.New("envelope: WithLogger(nil)"))
+			return
+		}
+		c.logger = l
+	})
 }
 
 // MongoSink is a Sink that stores envelopes in a MongoDB collection, the
@@ -218,18 +255,107 @@ func WithInsertFirst() SinkOption {
 // in), and stored with original_truncated: true, original_size (the full
 // size in bytes) and original_dropped (the names left out). Such an
 // envelope is for inspection only; a replay skips it.
+//
+// # Lost indexes
+//
+// Before each Put writes, it lists the collection's indexes (one
+// listIndexes command) and checks that the unique index on fingerprint is
+// there. A collection dropped while the application runs comes back on
+// the next insert or upsert without any index (the server creates it
+// implicitly), and without the unique index recaptures would become new
+// envelopes (WithInsertFirst) and concurrent captures could make two, so
+// a replay would write one payload twice. When the index is gone (or the
+// collection), Put first runs EnsureCollection with the options of
+// WithSetup, logs what it did (WithLogger) and counts it
+// (Reestablished), then stores; when that cannot give back the unique
+// index (e.g. duplicates of a fingerprint already exist), Put stores
+// nothing and returns an error wrapping ErrIndexMissing. A drop between
+// the check and the write is not seen until the next Put.
 type MongoSink struct {
 	coll    *mongo.Collection
 	cfg     sinkConfig
 	err     error // a construction error every Put returns
 	stripes [sinkStripes]sync.Mutex
+
+	setupMu       sync.Mutex // one re-establishment at a time
+	reestablished atomic.Int64
+	unacked       atomic.Bool // a write came back unacknowledged (w: 0)
+}
+
+// ErrIndexMissing is wrapped by MongoSink.Put's error when the dead-letter
+// collection's unique fingerprint index is gone and re-establishing it
+// failed: the sink stores nothing rather than envelopes a later capture
+// or replay could duplicate.
+var ErrIndexMissing = errors.New("envelope: the dead-letter collection has no unique index on fingerprint")
+
+// Reestablished returns how many times s found the unique fingerprint
+// index (or the whole collection) gone and re-established it.
+func (s *MongoSink) Reestablished() int64 { return s.reestablished.Load() }
+
+// codeNamespaceNotFound is the server's 26 NamespaceNotFound
+// (error_codes.yml), listIndexes' answer for a collection that does not
+// exist.
+const codeNamespaceNotFound = 26
+
+// checkIndexes makes sure the unique fingerprint index is there, running
+// EnsureCollection when it is not (see MongoSink, "Lost indexes").
+func (s *MongoSink) checkIndexes(ctx context.Context) error {
+	ok, err := s.hasFingerprintIndex(ctx)
+	if err != nil || ok {
+		return err
+	}
+	s.setupMu.Lock()
+	defer s.setupMu.Unlock()
+	if ok, err := s.hasFingerprintIndex(ctx); err != nil || ok {
+		return err // re-established meanwhile by another Put
+	}
+	ns := s.coll.Database().Name() + "." + s.coll.Name()
+	rep, err := EnsureCollection(ctx, s.coll.Database(), s.coll.Name(), s.cfg.setup...)
+	st := rep.State(FeatureFingerprintIndex)
+	if err == nil && st != FeatureApplied && st != FeatureAlready {
+		err = fmt.Errorf("fingerprint index %s", st)
+	}
+	if err != nil {
+		if s.cfg.logger != nil {
+			s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "envelope: the dead-letter collection lost its unique fingerprint index and it could not be re-established; storing nothing",
+				slog.String("namespace", ns), slog.String("error", err.Error()))
+		}
+		return fmt.Errorf("%w (%s), and re-establishing it failed; nothing stored: %w", ErrIndexMissing, ns, err)
+	}
+	s.reestablished.Add(1)
+	if s.cfg.logger != nil {
+		s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "envelope: the dead-letter collection had lost its unique fingerprint index (dropped?); re-established it before storing",
+			slog.String("namespace", ns), slog.String("setup", rep.String()))
+	}
+	return nil
+}
+
+// hasFingerprintIndex lists the collection's indexes and reports whether
+// the unique index on {fingerprint: 1} is among them (false, nil for a
+// collection that does not exist).
+func (s *MongoSink) hasFingerprintIndex(ctx context.Context) (bool, error) {
+	// Through an acknowledged clone: under w: 0 the driver would not wait
+	// for listIndexes' reply either (the write itself then reports
+	// ErrUnacknowledgedSink).
+	idx, err := listIndexes(ctx, s.coll.Clone(options.Collection().SetWriteConcern(writeconcern.W1())))
+	if err != nil {
+		if hasCode(err, codeNamespaceNotFound) {
+			return false, nil
+		}
+		return false, fmt.Errorf("envelope: checking the dead-letter collection's indexes: %w", err)
+	}
+	ex := findIndex(idx, []keyField{{"fingerprint", 1}})
+	return ex != nil && ex.Unique, nil
 }
 
 // sinkStripes is the number of locks MongoSink.Put spreads fingerprints
 // over.
 const sinkStripes = 64
 
-var _ Sink = (*MongoSink)(nil)
+var (
+	_ Sink        = (*MongoSink)(nil)
+	_ PartialSink = (*MongoSink)(nil)
+)
 
 // NewMongoSink returns a Sink storing envelopes in coll. coll must have
 // the unique index on fingerprint that EnsureCollection creates: without
@@ -273,9 +399,11 @@ var ErrUnacknowledgedSink = errors.New("envelope: the dead-letter collection's w
 	"the server confirmed nothing, so no envelope is known to be stored; give the sink a collection with w ≥ 1")
 
 // acked returns ErrUnacknowledgedSink for a write the server did not
-// acknowledge.
-func acked(acknowledged bool) error {
+// acknowledge, and remembers it: the collection's write concern does not
+// change, so later Puts refuse at once, without sending anything.
+func (s *MongoSink) acked(acknowledged bool) error {
 	if !acknowledged {
+		s.unacked.Store(true)
 		return ErrUnacknowledgedSink
 	}
 	return nil
@@ -290,116 +418,264 @@ func (s *MongoSink) Collection() *mongo.Collection { return s.coll }
 // returns nil when every envelope is stored, and otherwise an error
 // wrapping the driver's (a mongo.BulkWriteException for per-envelope
 // failures, so the guarded collection can classify it and retry transient
-// ones), an error naming an envelope the redaction hooks made invalid, or
-// an error saying that envelopes were still racing after
-// WithUpsertRetries rounds. An empty envs is a no-op.
+// ones), an error naming an envelope the redaction hooks made invalid, an
+// error saying that envelopes were still racing after WithUpsertRetries
+// rounds, or an error wrapping ErrIndexMissing (see MongoSink, "Lost
+// indexes"). An empty envs is a no-op. PutEach says which envelopes were
+// stored when some were not.
 func (s *MongoSink) Put(ctx context.Context, envs []Envelope) error {
+	_, err := s.put(ctx, envs, true)
+	return err
+}
+
+// PutEach is Put reporting per envelope (see PartialSink): entry i is nil
+// when envs[i] is stored (its envelope, merged with the others of its
+// fingerprint, was inserted or updated), and otherwise the reason, a
+// mongo.BulkWriteException holding only that envelope's write error when
+// the server refused it. An envelope the redaction hooks made invalid
+// fails alone. A write concern error, a network error or an
+// unacknowledged write fails every envelope of the statements it
+// concerned: the server confirmed none of them.
+func (s *MongoSink) PutEach(ctx context.Context, envs []Envelope) []error {
+	out, err := s.put(ctx, envs, false)
+	if out == nil {
+		out = make([]error, len(envs))
+		if err != nil {
+			for i := range out {
+				out[i] = err
+			}
+		}
+	}
+	return out
+}
+
+// put stores envs and returns each envelope's error (nil: stored; a nil
+// slice: the error concerns every envelope) and the error Put returns.
+// all: an envelope that cannot be prepared fails the call before
+// anything is written.
+func (s *MongoSink) put(ctx context.Context, envs []Envelope, all bool) ([]error, error) {
 	if s.err != nil {
-		return s.err
+		return nil, s.err
 	}
 	if len(envs) == 0 {
-		return nil
+		return nil, nil
 	}
-	merged := mergeByFingerprint(envs)
-	for i := range merged {
-		env, err := prepareForStore(merged[i], s.cfg)
-		if err != nil {
-			return err
+	if s.unacked.Load() {
+		return nil, ErrUnacknowledgedSink
+	}
+	// Each envelope is prepared alone (redaction, withheld fields, size),
+	// then merged by the fingerprint it is stored under.
+	out := make([]error, len(envs))
+	prepared := make([]Envelope, 0, len(envs))
+	pidx := make([]int, len(envs)) // envs[i] -> prepared index, -1 when it failed
+	var first error
+	for i := range envs {
+		env, err := prepareForStore(envs[i], s.cfg)
+		if err == nil && !s.cfg.insertFirst {
+			_, err = upsertModel(env) // fails the way the bulk write's marshalling would
 		}
-		merged[i] = env
+		if err != nil {
+			if all {
+				return nil, err
+			}
+			out[i], pidx[i] = err, -1
+			first = cmpOr(first, err)
+			continue
+		}
+		pidx[i] = len(prepared)
+		prepared = append(prepared, env)
 	}
-	unlock := s.lock(merged)
+	if len(prepared) == 0 {
+		return out, first
+	}
+	ready := mergeByFingerprint(prepared)
+	unlock := s.lock(ready)
 	defer unlock()
-	if s.cfg.insertFirst {
-		return s.putInsertFirst(ctx, merged)
+	if err := s.checkIndexes(ctx); err != nil {
+		return nil, err
 	}
-	return s.putUpserts(ctx, merged)
+	var failed map[int]error
+	var err error
+	if s.cfg.insertFirst {
+		failed, err = s.putInsertFirst(ctx, ready)
+	} else {
+		failed, err = s.putUpserts(ctx, ready)
+	}
+	byFP := make(map[string]error, len(failed))
+	for i, ferr := range failed {
+		byFP[ready[i].Fingerprint] = ferr
+	}
+	for i, p := range pidx {
+		if p >= 0 {
+			out[i] = byFP[prepared[p].Fingerprint]
+		}
+	}
+	return out, cmpOr(first, err)
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// failAll returns err for every index of idx.
+func failAll(idx []int, err error) map[int]error {
+	m := make(map[int]error, len(idx))
+	for _, i := range idx {
+		m[i] = err
+	}
+	return m
+}
+
+// oneWriteError returns the error of one statement of a bulk write, as a
+// BulkWriteException holding only that write error.
+func oneWriteError(fp string, we mongo.BulkWriteError, labels []string) error {
+	return fmt.Errorf("envelope: storing the envelope of fingerprint %s: %w", fp,
+		mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}, Labels: labels})
 }
 
 // putUpserts stores prepared envelopes with one bulk write of upserts,
-// sending again those that failed with a duplicate key.
-func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) error {
+// sending again those that failed with a duplicate key. It returns the
+// indexes (into envs) not stored, with why, and the error Put returns.
+func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) (map[int]error, error) {
 	models := make([]mongo.WriteModel, len(envs))
+	idx := make([]int, len(envs)) // models[k] is envs[idx[k]]
 	for i := range envs {
 		m, err := upsertModel(envs[i])
 		if err != nil {
-			return err
+			return failAll(allIndexes(len(envs)), err), err
 		}
-		models[i] = m
+		models[i], idx[i] = m, i
 	}
+	failed := map[int]error{}
+	var first error
 	for round := 0; ; round++ {
 		res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 		if err == nil {
-			return acked(res.Acknowledged)
+			if aerr := s.acked(res.Acknowledged); aerr != nil {
+				maps.Copy(failed, failAll(idx, aerr))
+				return failed, aerr
+			}
+			return failed, first
 		}
+		werr := fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
+		first = cmpOr(first, werr)
 		var bwe mongo.BulkWriteException
-		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 || round >= s.cfg.upsertRetries {
-			return fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
+		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+			maps.Copy(failed, failAll(idx, werr))
+			return failed, first
 		}
 		var again []mongo.WriteModel
-		for _, f := range policy.Extract(err) {
-			if !policy.IsDuplicateKey(f) || f.Index < 0 || f.Index >= len(models) {
-				return fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
+		var againIdx []int
+		for _, we := range bwe.WriteErrors {
+			if we.Index < 0 || we.Index >= len(models) {
+				maps.Copy(failed, failAll(idx, werr))
+				return failed, first
 			}
-			again = append(again, models[f.Index])
+			i := idx[we.Index]
+			if round < s.cfg.upsertRetries && policy.IsDuplicateKey(policy.Extract(mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}})[0]) {
+				again = append(again, models[we.Index])
+				againIdx = append(againIdx, i)
+				continue
+			}
+			failed[i] = oneWriteError(envs[i].Fingerprint, we, bwe.Labels)
 		}
-		models = again
+		if len(again) == 0 {
+			return failed, first
+		}
+		models, idx = again, againIdx
+		if len(failed) == 0 {
+			first = nil // only races so far: the next round decides
+		}
 	}
 }
 
+func allIndexes(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
 // putInsertFirst stores prepared envelopes with one insert, then one
-// update of the recaptured ones (WithInsertFirst).
-func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) error {
+// update of the recaptured ones (WithInsertFirst). It returns the indexes
+// (into envs) not stored, with why, and the error Put returns.
+func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) (map[int]error, error) {
 	docs := make([]bson.Raw, len(envs))
 	for i := range envs {
 		var err error
 		if docs[i], err = bson.Marshal(storedFields(envs[i])); err != nil {
-			return fmt.Errorf("envelope: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, err)
+			err = fmt.Errorf("envelope: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, err)
+			return failAll(allIndexes(len(envs)), err), err
 		}
 	}
-	pending := make([]int, len(envs))
-	for i := range pending {
-		pending[i] = i
-	}
+	pending := allIndexes(len(envs))
+	failed := map[int]error{}
+	var first error
 	for round := 0; ; round++ {
-		dups, err := s.insert(ctx, docs, pending)
-		if err != nil || len(dups) == 0 {
-			return err
+		dups, ifailed, err := s.insert(ctx, envs, docs, pending)
+		maps.Copy(failed, ifailed)
+		first = cmpOr(first, err)
+		if len(dups) == 0 {
+			return failed, first
 		}
 		missing, err := s.update(ctx, envs, dups)
-		if err != nil || len(missing) == 0 {
-			return err
+		if err != nil {
+			maps.Copy(failed, failAll(dups, err))
+			return failed, cmpOr(first, err)
+		}
+		if len(missing) == 0 {
+			return failed, first
 		}
 		if round >= s.cfg.upsertRetries {
-			return fmt.Errorf("envelope: %d envelopes were inserted and deleted concurrently %d times; giving up", len(missing), round+1)
+			err := fmt.Errorf("envelope: %d envelopes were inserted and deleted concurrently %d times; giving up", len(missing), round+1)
+			maps.Copy(failed, failAll(missing, err))
+			return failed, cmpOr(first, err)
 		}
 		pending = missing
 	}
 }
 
 // insert inserts docs[i] for i in idx, unordered, and returns the indexes
-// (into docs) whose insert failed with a duplicate key.
-func (s *MongoSink) insert(ctx context.Context, docs []bson.Raw, idx []int) ([]int, error) {
+// (into docs) whose insert failed with a duplicate key, those that failed
+// otherwise with why, and the error Put returns for them.
+func (s *MongoSink) insert(ctx context.Context, envs []Envelope, docs []bson.Raw, idx []int) ([]int, map[int]error, error) {
 	batch := make([]any, len(idx))
 	for k, i := range idx {
 		batch[k] = docs[i]
 	}
 	res, err := s.coll.InsertMany(ctx, batch, options.InsertMany().SetOrdered(false))
 	if err == nil {
-		return nil, acked(res.Acknowledged)
+		if aerr := s.acked(res.Acknowledged); aerr != nil {
+			return nil, failAll(idx, aerr), aerr
+		}
+		return nil, nil, nil
 	}
+	werr := fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
 	var bwe mongo.BulkWriteException
 	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
-		return nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
+		return nil, failAll(idx, werr), werr
 	}
 	dups := make([]int, 0, len(bwe.WriteErrors))
-	for _, f := range policy.Extract(err) {
-		if !policy.IsDuplicateKey(f) || f.Index < 0 || f.Index >= len(idx) {
-			return nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
+	failed := map[int]error{}
+	for _, we := range bwe.WriteErrors {
+		if we.Index < 0 || we.Index >= len(idx) {
+			return nil, failAll(idx, werr), werr
 		}
-		dups = append(dups, idx[f.Index])
+		i := idx[we.Index]
+		if policy.IsDuplicateKey(policy.Extract(mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}})[0]) {
+			dups = append(dups, i)
+			continue
+		}
+		failed[i] = oneWriteError(envs[i].Fingerprint, we, bwe.Labels)
 	}
-	return dups, nil
+	if len(failed) == 0 {
+		werr = nil
+	}
+	return dups, failed, werr
 }
 
 // update applies the recapture update to the envelopes envs[i], i in
@@ -428,7 +704,7 @@ func (s *MongoSink) update(ctx context.Context, envs []Envelope, idx []int) ([]i
 	if err != nil {
 		return nil, fmt.Errorf("envelope: updating %d recaptured envelopes: %w", len(idx), err)
 	}
-	if err := acked(res.Acknowledged); err != nil {
+	if err := s.acked(res.Acknowledged); err != nil {
 		return nil, err
 	}
 	if res.MatchedCount >= int64(len(idx)) {
@@ -536,12 +812,9 @@ func mergeByFingerprint(envs []Envelope) []Envelope {
 	return out
 }
 
-// prepareForStore applies the defaults, the redaction hooks and the size
-// limit to env.
+// prepareForStore applies the defaults, the withholding, the redaction
+// hooks, the fingerprint (protect) and the size limit to env.
 func prepareForStore(env Envelope, cfg sinkConfig) (Envelope, error) {
-	if env.SchemaVersion == 0 {
-		env.SchemaVersion = SchemaVersion
-	}
 	now := cfg.now().UTC().Truncate(time.Millisecond)
 	if env.FirstSeen.IsZero() {
 		env.FirstSeen = now
@@ -549,28 +822,10 @@ func prepareForStore(env Envelope, cfg sinkConfig) (Envelope, error) {
 	if env.LastSeen.IsZero() {
 		env.LastSeen = env.FirstSeen
 	}
-	if env.FailingKeywords == nil {
-		env.FailingKeywords = FailingKeywords(env.ErrInfo)
-	}
-	if env.FailingPaths == nil {
-		env.FailingPaths = FailingPaths(env.ErrInfo)
-	}
 	env.Status = StatusPending
-	if cfg.redact != nil {
-		red, err := applyRedact(cfg.redact, env.Original)
-		if err != nil {
-			return env, fmt.Errorf("envelope: redaction hook for fingerprint %s: %w", env.Fingerprint, err)
-		}
-		if !bytes.Equal(red, env.Original) {
-			env.Original, env.OriginalRedacted = red, true
-		}
-	}
-	if cfg.redactErrInfo != nil && len(env.ErrInfo) > 0 {
-		red, err := applyRedact(cfg.redactErrInfo, env.ErrInfo)
-		if err != nil {
-			return env, fmt.Errorf("envelope: errInfo redaction hook for fingerprint %s: %w", env.Fingerprint, err)
-		}
-		env.ErrInfo = red
+	env, err := protect(env, cfg)
+	if err != nil {
+		return env, err
 	}
 	return fitEnvelope(env, MaxEnvelopeSize), nil
 }
@@ -603,26 +858,94 @@ func storedSize(env Envelope) (int, error) {
 	return len(raw) + operatorFields, nil
 }
 
-// fitEnvelope makes env fit in limit bytes as stored: first a large
-// errInfo gives way, then the original is cut to its top-level fields
-// that fit. It never fails: at worst the original keeps no field.
+// fitEnvelope makes env fit in limit bytes as stored, giving way in this
+// order and only as far as needed, each step recorded in env.Cut:
+//
+//  1. err_info.consideredValue: the values errInfo repeats from the
+//     document (consideredValue, consideredValues) are removed;
+//  2. err_info.details: every array of errInfo is cut to its first 16,
+//     then 4, then 1 items (the first failing items stay; Total and Kept
+//     count the array items);
+//  3. err_info: replaced by {writeguard_truncated: true, size,
+//     failingDocumentId} (failing_keywords and failing_paths, derived
+//     from the full errInfo, stay);
+//  4. failing_paths, failing_keywords: cut to their first 100 entries;
+//  5. errmsg: cut to its first 1 KiB;
+//  6. original: cut to the top-level fields that fit (original_truncated,
+//     original_size, original_dropped), only when it cannot fit alone.
+//
+// It never fails: at worst the original keeps no field.
 func fitEnvelope(env Envelope, limit int) Envelope {
 	size, err := storedSize(env)
 	if err != nil || size <= limit {
 		return env
 	}
-	if len(env.ErrInfo) > maxErrInfoShare {
+	fits := func() bool {
+		size, err = storedSize(env)
+		return err != nil || size <= limit
+	}
+	env.Cut = slices.Clone(env.Cut)
+	if len(env.ErrInfo) > 0 {
+		before := len(env.ErrInfo)
+		if cut := dropKeys(env.ErrInfo, isConsideredValueKey, 0); len(cut) < before {
+			env.ErrInfo = cut
+			env.Cut = append(env.Cut, CutField{Field: "err_info.consideredValue", Size: before})
+			if fits() {
+				return env
+			}
+		}
+		before = len(env.ErrInfo)
+		total := countArrayItems(env.ErrInfo, 0)
+		for _, k := range []int{16, 4, 1} {
+			cut := keepFirstItems(env.ErrInfo, k, 0)
+			if len(cut) >= len(env.ErrInfo) {
+				continue
+			}
+			env.ErrInfo = cut
+			if fits() {
+				break
+			}
+		}
+		if len(env.ErrInfo) < before {
+			env.Cut = append(env.Cut, CutField{Field: "err_info.details", Size: before, Total: total, Kept: countArrayItems(env.ErrInfo, 0)})
+			if size <= limit {
+				return env
+			}
+		}
+		before = len(env.ErrInfo)
 		env.ErrInfo = errInfoSummary(env.ErrInfo)
-		if size, err = storedSize(env); err != nil || size <= limit {
+		env.Cut = append(env.Cut, CutField{Field: "err_info", Size: before})
+		if fits() {
+			return env
+		}
+	}
+	for _, l := range []struct {
+		name string
+		list *[]string
+	}{{"failing_paths", &env.FailingPaths}, {"failing_keywords", &env.FailingKeywords}} {
+		if n := len(*l.list); n > maxListedDiagnostics {
+			env.Cut = append(env.Cut, CutField{Field: l.name, Size: listSize(*l.list), Total: n, Kept: maxListedDiagnostics})
+			*l.list = (*l.list)[:maxListedDiagnostics]
+			if fits() {
+				return env
+			}
+		}
+	}
+	if len(env.ErrMsg) > maxErrMsgKept {
+		env.Cut = append(env.Cut, CutField{Field: "errmsg", Size: len(env.ErrMsg)})
+		env.ErrMsg = validString([]byte(env.ErrMsg[:maxErrMsgKept]))
+		if fits() {
 			return env
 		}
 	}
 	full := env.Original
-	// Room for original_truncated, original_size and original_dropped
-	// (at most maxDroppedNames names of at most maxDroppedNameLen bytes).
-	const reserve = 64 + maxDroppedNames*(maxDroppedNameLen+3+8)
+	// Room for original_truncated, original_size, original_dropped (at
+	// most maxDroppedNames names of at most maxDroppedNameLen bytes) and
+	// the cut entry of the original.
+	const reserve = 128 + maxDroppedNames*(maxDroppedNameLen+3+8)
 	budget := limit - (size - len(full)) - reserve
 	kept, dropped := truncateDocument(full, budget)
+	total := len(dropped) + countTop(kept)
 	if len(dropped) > maxDroppedNames {
 		dropped = dropped[:maxDroppedNames]
 	}
@@ -635,10 +958,88 @@ func fitEnvelope(env Envelope, limit int) Envelope {
 	env.OriginalTruncated = true
 	env.OriginalSize = len(full)
 	env.OriginalDropped = dropped
+	env.Cut = append(env.Cut, CutField{Field: "original", Size: len(full), Total: total, Kept: countTop(kept)})
 	if size, err = storedSize(env); err == nil && size > limit {
 		env.OriginalDropped = nil // cannot happen with the reserve above
 	}
 	return env
+}
+
+// maxListedDiagnostics bounds failing_paths and failing_keywords when an
+// envelope must be cut; maxErrMsgKept bounds errmsg then (bytes).
+const (
+	maxListedDiagnostics = 100
+	maxErrMsgKept        = 1024
+)
+
+func listSize(l []string) int {
+	n := 0
+	for _, s := range l {
+		n += len(s)
+	}
+	return n
+}
+
+// countTop counts the top-level elements of doc.
+func countTop(doc bson.Raw) int {
+	n := 0
+	it := newElemIter(doc)
+	for {
+		if _, _, _, ok := it.next(); !ok {
+			return n
+		}
+		n++
+	}
+}
+
+// countArrayItems counts the elements of every array in doc, at any depth.
+func countArrayItems(doc []byte, depth int) int {
+	if depth > maxErrInfoDepth {
+		return 0
+	}
+	n := 0
+	it := newElemIter(doc)
+	for {
+		_, t, val, ok := it.next()
+		if !ok {
+			return n
+		}
+		switch t {
+		case bson.TypeArray:
+			n += countTop(val) + countArrayItems(val, depth+1)
+		case bson.TypeEmbeddedDocument:
+			n += countArrayItems(val, depth+1)
+		}
+	}
+}
+
+// keepFirstItems returns doc with every array, at any depth, cut to its
+// first k elements.
+func keepFirstItems(doc bson.Raw, k, depth int) bson.Raw {
+	if depth > maxErrInfoDepth {
+		return doc
+	}
+	out, _ := rebuild(doc, func(_ string, t bson.Type, val []byte) (bson.Type, []byte, bool) {
+		switch t {
+		case bson.TypeEmbeddedDocument:
+			return t, keepFirstItems(val, k, depth+1), true
+		case bson.TypeArray:
+			i := 0
+			arr, _ := rebuild(val, func(_ string, et bson.Type, ev []byte) (bson.Type, []byte, bool) {
+				i++
+				if i > k {
+					return 0, nil, false
+				}
+				if et == bson.TypeEmbeddedDocument || et == bson.TypeArray {
+					return et, keepFirstItems(ev, k, depth+2), true
+				}
+				return et, ev, true
+			})
+			return t, arr, true
+		}
+		return t, val, true
+	})
+	return out
 }
 
 // maxDroppedNameLen bounds each name in Envelope.OriginalDropped, in bytes.
@@ -687,11 +1088,24 @@ func truncateDocument(doc bson.Raw, budget int) (bson.Raw, []string) {
 }
 
 // insertFields returns the fields of env set only when its envelope is
-// created (a recapture leaves them alone), in stored order.
+// created (a recapture leaves them alone), in stored order. original,
+// err_info and call_options are sub-documents, or exact bytes in
+// <name>_raw when the server would refuse them (subdocumentRefusal; listed
+// in binary).
 func insertFields(env Envelope) bson.D {
+	var binary []BinaryField
 	d := bson.D{
 		{Key: "schema_version", Value: int32(env.SchemaVersion)},
-		{Key: "original", Value: rawOrEmpty(env.Original)},
+	}
+	if env.FingerprintScheme != "" {
+		d = append(d, bson.E{Key: "fingerprint_scheme", Value: env.FingerprintScheme})
+	}
+	if env.Kind != "" {
+		d = append(d, bson.E{Key: "kind", Value: env.Kind})
+	}
+	d = append(d, docElem("original", rawOrEmpty(env.Original), &binary))
+	if len(env.CallOptions) > 0 {
+		d = append(d, docElem("call_options", env.CallOptions, &binary))
 	}
 	if env.OriginalTruncated {
 		d = append(d, bson.E{Key: "original_truncated", Value: true}, bson.E{Key: "original_size", Value: int64(env.OriginalSize)})
@@ -702,12 +1116,18 @@ func insertFields(env Envelope) bson.D {
 	if env.OriginalRedacted {
 		d = append(d, bson.E{Key: "original_redacted", Value: true})
 	}
+	if len(env.Withheld) > 0 {
+		d = append(d, bson.E{Key: "withheld", Value: env.Withheld})
+	}
+	if env.WithheldNote != "" {
+		d = append(d, bson.E{Key: "withheld_note", Value: env.WithheldNote})
+	}
 	if env.DocumentID.Type != 0 {
 		d = append(d, bson.E{Key: "document_id", Value: env.DocumentID})
 	}
 	d = append(d, bson.E{Key: "id_assigned", Value: env.IDAssigned})
 	if len(env.ErrInfo) > 0 {
-		d = append(d, bson.E{Key: "err_info", Value: env.ErrInfo})
+		d = append(d, docElem("err_info", env.ErrInfo, &binary))
 	}
 	d = append(d,
 		bson.E{Key: "failing_keywords", Value: nonNil(env.FailingKeywords)},
@@ -732,6 +1152,12 @@ func insertFields(env Envelope) bson.D {
 	}
 	if env.SpanID != "" {
 		d = append(d, bson.E{Key: "span_id", Value: env.SpanID})
+	}
+	if len(env.Cut) > 0 {
+		d = append(d, bson.E{Key: "cut", Value: env.Cut})
+	}
+	if len(binary) > 0 {
+		d = append(d, bson.E{Key: "binary", Value: binary})
 	}
 	return d
 }
@@ -783,10 +1209,9 @@ func StoredDocument(env Envelope, opts ...SinkOption) (bson.Raw, error) {
 	if err := cfg.err(); err != nil {
 		return nil, err
 	}
-	merged := mergeByFingerprint([]Envelope{env})
-	e, err := prepareForStore(merged[0], cfg)
+	e, err := prepareForStore(env, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return bson.Marshal(storedFields(e))
+	return bson.Marshal(storedFields(mergeByFingerprint([]Envelope{e})[0]))
 }

@@ -347,8 +347,13 @@ func TestRedact(t *testing.T) {
 	if !lookup(t, doc, "original_redacted").Boolean() {
 		t.Error("original_redacted not set")
 	}
-	if lookup(t, doc, "fingerprint").StringValue() != wantFP {
-		t.Error("fingerprint changed by redaction")
+	// A redacted original gets the fingerprint of what is stored
+	// (SchemeStored), never that of the unredacted payload.
+	if fp := lookup(t, doc, "fingerprint").StringValue(); fp == wantFP || fp != StoredFingerprint(stored) {
+		t.Errorf("fingerprint %s: want StoredFingerprint of the stored original, not %s", fp, wantFP)
+	}
+	if lookup(t, doc, "fingerprint_scheme").StringValue() != SchemeStored {
+		t.Error("fingerprint_scheme not sha256-stored")
 	}
 	if !bytes.Equal(env.Original, before) {
 		t.Error("the hook modified the caller's original")
@@ -427,8 +432,17 @@ func TestTruncateOversized(t *testing.T) {
 	if lookup(t, doc, "fingerprint").StringValue() != env.Fingerprint {
 		t.Error("fingerprint changed by truncation")
 	}
-	if got := lookup(t, doc, "err_info").Document(); !bytes.Equal(got, env.ErrInfo) {
-		t.Error("a small err_info was changed")
+	// The diagnostics gave way before the original, each step recorded.
+	back, err := Decode(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cut []string
+	for _, c := range back.Cut {
+		cut = append(cut, c.Field)
+	}
+	if len(cut) == 0 || cut[len(cut)-1] != "original" || !slices.Contains(cut, "err_info") {
+		t.Errorf("cut %v: want err_info before original", cut)
 	}
 
 	// Just under the limit: stored whole.
@@ -446,8 +460,8 @@ func TestTruncateOversized(t *testing.T) {
 	}
 }
 
-// TestTruncateHugeErrInfo: an errInfo over a quarter of the limit gives
-// way first (the keywords computed from it stay); the original is kept.
+// TestTruncateHugeErrInfo: errInfo's repeated values give way first (the
+// keywords computed from it stay); the original is kept.
 func TestTruncateHugeErrInfo(t *testing.T) {
 	env := sampleEnvelope(t)
 	huge := bytes.Repeat([]byte{'v'}, 9*1024*1024)
@@ -462,9 +476,18 @@ func TestTruncateHugeErrInfo(t *testing.T) {
 	if len(doc) > MaxEnvelopeSize {
 		t.Fatalf("stored envelope is %d bytes", len(doc))
 	}
+	// The repeated value goes first; the rest of errInfo stays.
 	ei := lookup(t, doc, "err_info").Document()
-	if !ei.Lookup("writeguard_truncated").Boolean() || ei.Lookup("failingDocumentId").Int32() != 5 {
-		t.Errorf("err_info summary = %v", ei)
+	if _, err := ei.LookupErr("details", "consideredValue"); err == nil || ei.Lookup("failingDocumentId").Int32() != 5 ||
+		ei.Lookup("details", "operatorName").StringValue() != "enum" {
+		t.Errorf("err_info = %v", ei)
+	}
+	back, err := Decode(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Cut) != 1 || back.Cut[0].Field != "err_info.consideredValue" {
+		t.Errorf("cut = %+v", back.Cut)
 	}
 	if _, err := doc.LookupErr("original_truncated"); err == nil {
 		t.Error("original truncated although dropping errInfo was enough")

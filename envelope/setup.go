@@ -223,7 +223,8 @@ func WithoutStatusIndex() SetupOption {
 
 // Validator returns the validator EnsureCollection gives the dead-letter
 // collection: a $jsonSchema requiring the envelope's core fields with
-// their BSON types. It is applied with validationLevel "moderate" and
+// their BSON types, and the original either as a sub-document (original)
+// or as its exact bytes (original_raw, binary). It is applied with validationLevel "moderate" and
 // validationAction "warn": the server logs a non-conforming envelope but
 // stores it (a dead-letter collection must never reject), and documents
 // that were already invalid are not checked on update.
@@ -233,13 +234,19 @@ func Validator() bson.D {
 	return bson.D{{Key: "$jsonSchema", Value: bson.D{
 		{Key: "bsonType", Value: "object"},
 		{Key: "required", Value: bson.A{
-			"fingerprint", "schema_version", "original", "failing_keywords", "failing_paths", "code",
+			"fingerprint", "schema_version", "failing_keywords", "failing_paths", "code",
 			"namespace", "operation", "first_seen", "last_seen", "attempts", "status",
+		}},
+		{Key: "oneOf", Value: bson.A{
+			bson.D{{Key: "required", Value: bson.A{"original"}}},
+			bson.D{{Key: "required", Value: bson.A{"original_raw"}}},
 		}},
 		{Key: "properties", Value: bson.D{
 			{Key: "fingerprint", Value: bson.D{{Key: "bsonType", Value: "string"}}},
 			{Key: "schema_version", Value: bson.D{{Key: "bsonType", Value: intTypes}}},
 			{Key: "original", Value: bson.D{{Key: "bsonType", Value: "object"}}},
+			{Key: "original_raw", Value: bson.D{{Key: "bsonType", Value: "binData"}}},
+			{Key: "err_info_raw", Value: bson.D{{Key: "bsonType", Value: "binData"}}},
 			{Key: "failing_keywords", Value: strArray},
 			{Key: "failing_paths", Value: strArray},
 			{Key: "code", Value: bson.D{{Key: "bsonType", Value: intTypes}}},
@@ -248,7 +255,7 @@ func Validator() bson.D {
 			{Key: "first_seen", Value: bson.D{{Key: "bsonType", Value: "date"}}},
 			{Key: "last_seen", Value: bson.D{{Key: "bsonType", Value: "date"}}},
 			{Key: "attempts", Value: bson.D{{Key: "bsonType", Value: intTypes}, {Key: "minimum", Value: 1}}},
-			{Key: "status", Value: bson.D{{Key: "enum", Value: bson.A{StatusPending, StatusReplayed, StatusDiscarded}}}},
+			{Key: "status", Value: bson.D{{Key: "enum", Value: bson.A{StatusPending, StatusReplayed, StatusDiscarded, StatusQuarantined}}}},
 		}},
 	}}}
 }
@@ -271,6 +278,9 @@ const (
 //     238 NotImplemented, nothing created) gets a plain create and a
 //     collMod; if that is refused too the validator is unsupported and the
 //     collection is still created.
+//   - sharding (on a mongos only): whether the collection is sharded and,
+//     if so, whether the unique fingerprint index can hold
+//     (FeatureSharding, sharded.go).
 //   - fingerprint_index: a unique index on {fingerprint: 1}, required (an
 //     error when it cannot be had): it makes MongoSink's upserts race-safe.
 //     An existing non-unique index on those keys is reported as failed
@@ -323,6 +333,9 @@ func EnsureCollection(ctx context.Context, db *mongo.Database, name string, opts
 	s := setup{db: db, name: name, cfg: cfg, rep: &rep}
 	if err := s.collection(ctx); err != nil {
 		return rep, err
+	}
+	if r := s.sharding(ctx); r.Detail != notMongos { // sharded.go
+		rep.add(r)
 	}
 	if err := s.indexes(ctx); err != nil {
 		return rep, err
@@ -499,7 +512,12 @@ type indexInfo struct {
 }
 
 func (s *setup) listIndexes(ctx context.Context) ([]indexInfo, error) {
-	cur, err := s.db.Collection(s.name).Indexes().List(ctx)
+	return listIndexes(ctx, s.db.Collection(s.name))
+}
+
+// listIndexes returns the indexes of coll.
+func listIndexes(ctx context.Context, coll *mongo.Collection) ([]indexInfo, error) {
+	cur, err := coll.Indexes().List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("envelope: listIndexes: %w", err)
 	}

@@ -50,7 +50,8 @@ type Summary struct {
 	Envelopes int64
 	Attempts  int64
 
-	// ByStatus groups them by status (pending, replayed, discarded).
+	// ByStatus groups them by status (pending, replayed, discarded,
+	// quarantined).
 	ByStatus []Group
 	// ByKeyword groups them by failing keyword (failing_keywords: the
 	// leaf JSON Schema keywords and query operators of errInfo).
@@ -64,24 +65,32 @@ type Summary struct {
 
 	// Pending is the number of selected envelopes with status pending.
 	Pending int64
+	// Quarantined is the number of selected envelopes with status
+	// quarantined (replay failed on them too often: see
+	// StatusQuarantined).
+	Quarantined int64
+	// Held is the number of selected pending envelopes that replay holds
+	// for an operator (FieldReplayHold set: an update, replace or delete
+	// whose replay was in flight when its runner died).
+	Held int64
 	// OldestPending is the first_seen of the oldest selected pending
 	// envelope, and OldestPendingAge its age at the time of the call;
 	// both zero when no pending envelope is selected.
 	OldestPending    time.Time
 	OldestPendingAge time.Duration
+
+	// Undecodable is the number of selected envelopes whose summarised
+	// fields cannot be decoded (a field of the wrong BSON type: see
+	// DecodeError); they are counted here and nowhere else (not in
+	// Envelopes). UndecodableErrors names the first MaxDecodeErrors of
+	// them.
+	Undecodable       int64
+	UndecodableErrors []*DecodeError
 }
 
-// statsRow is the projection Stats reads.
-type statsRow struct {
-	Status          string    `bson:"status"`
-	FailingKeywords []string  `bson:"failing_keywords"`
-	FailingPaths    []string  `bson:"failing_paths"`
-	Code            int32     `bson:"code"`
-	CodeName        string    `bson:"code_name"`
-	Namespace       string    `bson:"namespace"`
-	FirstSeen       time.Time `bson:"first_seen"`
-	Attempts        int64     `bson:"attempts"`
-}
+// MaxDecodeErrors is how many DecodeErrors Stats keeps in
+// Summary.UndecodableErrors.
+const MaxDecodeErrors = 100
 
 // Stats summarises the envelopes of dlq that f selects (every status when
 // f lists none). It reads the few fields it needs with one find (a cursor,
@@ -94,6 +103,9 @@ type statsRow struct {
 // the same code then gives the same answers on every server. For DLQs of
 // many millions of envelopes, narrow f.
 //
+// An envelope whose summarised fields cannot be decoded (see DecodeError)
+// is counted in Summary.Undecodable and does not stop the count.
+//
 // It returns f's error (wrapping ErrBadFilter) or the driver's.
 func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error) {
 	now := time.Now()
@@ -102,9 +114,10 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 		return Summary{}, err
 	}
 	proj := bson.D{
-		{Key: "_id", Value: 0}, {Key: "status", Value: 1}, {Key: "failing_keywords", Value: 1},
+		{Key: "_id", Value: 1}, {Key: "status", Value: 1}, {Key: "failing_keywords", Value: 1},
 		{Key: "failing_paths", Value: 1}, {Key: "code", Value: 1}, {Key: "code_name", Value: 1},
 		{Key: "namespace", Value: 1}, {Key: "first_seen", Value: 1}, {Key: "attempts", Value: 1},
+		{Key: FieldReplayHold, Value: 1},
 	}
 	cur, err := dlq.Find(ctx, q, options.Find().SetProjection(proj).SetBatchSize(10000))
 	if err != nil {
@@ -116,9 +129,28 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 	byStatus, byKeyword, byPath, byNS := groupCounter{}, groupCounter{}, groupCounter{}, groupCounter{}
 	byCode := map[int32]*CodeGroup{}
 	for cur.Next(ctx) {
-		var r statsRow
-		if err := cur.Decode(&r); err != nil {
-			return Summary{}, fmt.Errorf("envelope: stats: decoding an envelope: %w", err)
+		e, err := Decode(cur.Current)
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				return Summary{}, fmt.Errorf("envelope: stats: %w", err)
+			}
+			st.Undecodable++
+			if len(st.UndecodableErrors) < MaxDecodeErrors {
+				de.ID = bson.RawValue{Type: de.ID.Type, Value: append([]byte(nil), de.ID.Value...)}
+				st.UndecodableErrors = append(st.UndecodableErrors, de)
+			}
+			continue
+		}
+		r := struct {
+			Status, CodeName, Namespace string
+			Code                        int32
+			FirstSeen                   time.Time
+			Attempts                    int64
+			ReplayHold                  string
+		}{e.Status, e.CodeName, e.Namespace, e.Code, e.FirstSeen, int64(e.Attempts), ""}
+		if v, ok := cur.Current.Lookup(FieldReplayHold).StringValueOK(); ok {
+			r.ReplayHold = v
 		}
 		if r.Attempts < 1 {
 			r.Attempts = 1
@@ -127,10 +159,10 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 		st.Attempts += r.Attempts
 		byStatus.add(r.Status, r.Attempts)
 		byNS.add(r.Namespace, r.Attempts)
-		for _, k := range dedupe(r.FailingKeywords) {
+		for _, k := range dedupe(e.FailingKeywords) {
 			byKeyword.add(k, r.Attempts)
 		}
-		for _, p := range dedupe(r.FailingPaths) {
+		for _, p := range dedupe(e.FailingPaths) {
 			byPath.add(p, r.Attempts)
 		}
 		cg := byCode[r.Code]
@@ -143,8 +175,14 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 		}
 		cg.Envelopes++
 		cg.Attempts += r.Attempts
+		if r.Status == StatusQuarantined {
+			st.Quarantined++
+		}
 		if r.Status == StatusPending {
 			st.Pending++
+			if r.ReplayHold != "" {
+				st.Held++
+			}
 			if !r.FirstSeen.IsZero() && (st.OldestPending.IsZero() || r.FirstSeen.Before(st.OldestPending)) {
 				st.OldestPending = r.FirstSeen
 			}
@@ -236,6 +274,11 @@ var ErrEmptyFilter = errors.New("envelope: empty filter: refusing to discard eve
 // back to pending. Envelopes already discarded are left as they are.
 // It returns how many envelopes it marked, with one updateMany.
 //
+// Discard does not coordinate with a replay running on dlq: an envelope
+// a replay has just read may still be written after Discard marked it.
+// When replays may be running, use replay.Discard, which claims each
+// envelope first and leaves those a replay holds.
+//
 // It returns ErrEmptyFilter for a zero f, f's error (wrapping
 // ErrBadFilter), or the driver's.
 func Discard(ctx context.Context, dlq *mongo.Collection, f Filter) (int64, error) {
@@ -249,6 +292,36 @@ func Discard(ctx context.Context, dlq *mongo.Collection, f Filter) (int64, error
 	}
 	q = append(q, bson.E{Key: "$and", Value: bson.A{bson.D{{Key: "status", Value: bson.D{{Key: "$ne", Value: StatusDiscarded}}}}}})
 	res, err := dlq.UpdateMany(ctx, q, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "status", Value: StatusDiscarded},
+		{Key: "discarded_at", Value: now},
+	}}})
+	if err != nil {
+		return 0, fmt.Errorf("envelope: discard: %w", err)
+	}
+	return res.ModifiedCount, nil
+}
+
+// DiscardIDs marks the envelopes of dlq whose _id is one of ids as given
+// up (status discarded, discarded_at now), whatever their other fields
+// hold: it is how an envelope that cannot be decoded (DecodeError) is
+// taken out of the way. Envelopes already discarded or replayed are left
+// as they are. It returns how many envelopes it marked, with one
+// updateMany; no ids is a no-op.
+//
+// It returns the driver's error.
+func DiscardIDs(ctx context.Context, dlq *mongo.Collection, ids []bson.RawValue) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	in := make(bson.A, len(ids))
+	for i, id := range ids {
+		in[i] = id
+	}
+	res, err := dlq.UpdateMany(ctx, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}},
+		{Key: "status", Value: bson.D{{Key: "$nin", Value: bson.A{StatusDiscarded, StatusReplayed}}}},
+	}, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "status", Value: StatusDiscarded},
 		{Key: "discarded_at", Value: now},
 	}}})

@@ -18,7 +18,8 @@ import (
 // writeguard.Target (and so writeguard.Collection) without a server.
 //
 // It behaves like a MongoDB collection for what writeguard needs: a unique
-// _id index plus the unique indexes added with Unique, an optional
+// _id index (none after TimeSeries) plus the unique indexes added with
+// Unique, an optional
 // validator, ordered and unordered inserts and bulk writes (the server
 // stops an ordered write at its first error), and Find with equality and
 // $in filters on top-level fields. Every error it returns is a real driver
@@ -30,6 +31,9 @@ import (
 // BulkWrite), injects failures: a scripted reply, a lost reply after the
 // write was applied, a dropped connection, a write concern error,
 // per-document errors. Calls past the end of the script behave normally.
+//
+// A scripted Reply that the real driver cannot take (a write error index
+// outside a BulkWrite's models) makes the Fake panic as the driver does.
 //
 // Fake is safe for concurrent use. Update models support $set, $unset,
 // $inc and $setOnInsert on top-level fields; filters support equality on
@@ -43,6 +47,44 @@ type Fake struct {
 	validator func(doc bson.Raw) (errInfo bson.Raw, reject bool)
 	script    []Fault
 	calls     []Call
+	// timeSeries: no unique _id index (TimeSeries).
+	timeSeries bool
+}
+
+// The collection types CollectionType reports, as listCollections names
+// them (its "type" field).
+const (
+	TypeCollection = "collection"
+	TypeTimeSeries = "timeseries"
+)
+
+// TimeSeries makes f behave as a time-series collection does for writes:
+// it has no unique _id index, so inserting a document whose _id is already
+// stored stores a second copy (MongoDB manual, "Time Series Collection
+// Limitations": no unique indexes; SERVER-99329: a retried insert stores a
+// measurement twice). Unique indexes added with Unique still apply (a real
+// time-series collection refuses them; a test may want one anyway). It
+// returns f. CollectionType then reports TypeTimeSeries.
+func (f *Fake) TimeSeries() *Fake {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.timeSeries = true
+	return f
+}
+
+// CollectionType returns what listCollections reports as the collection's
+// "type": TypeTimeSeries after TimeSeries, else TypeCollection. It is how
+// code guarding a Fake learns whether a unique _id index protects a
+// re-sent insert (the server's equivalent is listCollections with
+// filter {name: <collection>}). The error is always nil; it is there so
+// that an interface a real collection can also satisfy fits it.
+func (f *Fake) CollectionType(context.Context) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.timeSeries {
+		return TypeTimeSeries, nil
+	}
+	return TypeCollection, nil
 }
 
 // Call records one write call the Fake received.
@@ -103,7 +145,7 @@ func (f *Fake) Script(faults ...Fault) *Fake {
 }
 
 // Seed stores docs directly, bypassing validators and faults (a duplicate
-// _id is an error).
+// _id is an error, except on a TimeSeries Fake).
 func (f *Fake) Seed(docs ...any) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -386,6 +428,13 @@ func (f *Fake) exec(ctx context.Context, opName string, ops []op, ordered bool) 
 	ft := f.nextFault()
 	res, err := f.execLocked(ft, opName, ops, ordered)
 	f.mu.Unlock()
+	var dp *DriverPanicError
+	if errors.As(err, &dp) {
+		// The real driver panics on this reply (a write error index
+		// outside the command): so does the Fake, as a *mongo.Collection
+		// would.
+		panic(dp.Value)
+	}
 	if ft.hang {
 		<-ctx.Done()
 		// As the driver reports a deadline or cancellation while reading
@@ -421,6 +470,11 @@ func (f *Fake) execLocked(ft Fault, opName string, ops []op, ordered bool) (*exe
 		}
 	}
 	if ft.reply != nil {
+		if opName == OpBulkWrite {
+			if err := bulkIndexPanic(ft.reply, len(ops)); err != nil {
+				return nil, err
+			}
+		}
 		_, err := ReplyResult(opName, ft.reply)
 		return nil, err
 	}
@@ -577,6 +631,9 @@ func (f *Fake) validate(doc bson.Raw) bson.D {
 // document (other than the one at skip) on _id or a unique index.
 func (f *Fake) checkUnique(doc bson.Raw, skip int) bson.D {
 	indexes := append([][]string{{"_id"}}, f.unique...)
+	if f.timeSeries {
+		indexes = f.unique
+	}
 	for _, fields := range indexes {
 		var key bson.D
 		missing := 0
@@ -665,4 +722,39 @@ func sameKey(a, b bson.RawValue) bool {
 
 func nullKey(v bson.RawValue) bool {
 	return v.Type == 0 || v.Type == bson.TypeNull || v.Type == bson.TypeUndefined
+}
+
+// bulkIndexPanic returns the *DriverPanicError the v2.10 driver's BulkWrite
+// raises for reply when a write error or upserted index names no model of
+// a command of n models (mongo/bulk_write.go runBatch indexes its models
+// and their input positions by it), nil when every index is in range.
+func bulkIndexPanic(reply bson.Raw, n int) error {
+	for _, key := range []string{"writeErrors", "upserted"} {
+		arr, ok := reply.Lookup(key).ArrayOK()
+		if !ok {
+			continue
+		}
+		vals, _ := arr.Values()
+		for _, v := range vals {
+			doc, ok := v.DocumentOK()
+			if !ok {
+				continue
+			}
+			i, ok := doc.Lookup("index").AsInt64OK()
+			if !ok || i >= 0 && i < int64(n) {
+				continue
+			}
+			return &DriverPanicError{Op: OpBulkWrite, Value: indexPanic(i, n)}
+		}
+	}
+	return nil
+}
+
+// indexPanic returns the runtime error that indexing a slice of length n
+// at i raises.
+func indexPanic(i int64, n int) (v any) {
+	defer func() { v = recover() }()
+	models := make([]struct{}, n)
+	_ = models[i]
+	return nil
 }

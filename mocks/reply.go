@@ -31,9 +31,14 @@ const (
 // more than its largest writeErrors index, at least reply.n, at least 1);
 // retryable writes are off, so the driver reads exactly one reply.
 //
-// An unknown op or a reply that is not a valid BSON document is an error
-// returned as the second value of ReplyResult; ReplyError returns it
-// wrapped, never nil, so a test cannot mistake bad input for success.
+// Bad input is an error, never a panic, and never nil, so a test cannot
+// mistake it for success: an unknown op (ErrUnknownOp), a reply that is not
+// a valid BSON document (ErrInvalidReply), or a reply the real driver
+// cannot take without panicking (a *DriverPanicError: the v2.10 driver's
+// BulkWrite indexes its models by each write error's index, so an index
+// that is negative or names no model of the command panics inside the
+// driver, mongo/bulk_write.go runBatch; so does an upserted index).
+// ReplyResult returns the same errors.
 func ReplyError(op string, reply bson.Raw) error {
 	_, err := ReplyResult(op, reply)
 	return err
@@ -44,11 +49,11 @@ func ReplyError(op string, reply bson.Raw) error {
 // *mongo.BulkWriteResult; nil when the driver returns none).
 func ReplyResult(op string, reply bson.Raw) (any, error) {
 	if err := reply.Validate(); err != nil {
-		return nil, fmt.Errorf("mocks: reply is not a valid BSON document: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidReply, err)
 	}
 	var d bson.D
 	if err := bson.Unmarshal(reply, &d); err != nil {
-		return nil, fmt.Errorf("mocks: reply: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidReply, err)
 	}
 	n := docsFor(reply)
 	return runMock(op, n, d)
@@ -65,16 +70,47 @@ func NetworkError(op string) error {
 	return err
 }
 
+// ErrUnknownOp is returned (wrapped) by ReplyError, ReplyResult and
+// NetworkError for an op other than OpInsertOne, OpInsertMany and
+// OpBulkWrite.
+var ErrUnknownOp = errors.New("mocks: unknown op")
+
+// ErrInvalidReply is returned (wrapped, with the BSON error) by ReplyError
+// and ReplyResult for a reply that is not a valid BSON document.
+var ErrInvalidReply = errors.New("mocks: reply is not a valid BSON document")
+
+// DriverPanicError is the error ReplyError and ReplyResult return when the
+// real driver panics on the reply (a write error index outside the
+// command, for bulkWrite): the driver would take the caller's goroutine
+// down, the mock reports it instead. Fake re-raises the panic with Value,
+// as a *mongo.Collection would.
+type DriverPanicError struct {
+	// Op is the operation run (OpBulkWrite, say).
+	Op string
+	// Value is the value the driver panicked with (a runtime.Error).
+	Value any
+}
+
+// Error names the operation and the panic value.
+func (e *DriverPanicError) Error() string {
+	return fmt.Sprintf("mocks: the driver panicked on this reply to %s: %v", e.Op, e.Value)
+}
+
 var mockMu sync.Mutex // drivertest's mock connection is not safe for concurrent use
 
-func runMock(op string, n int, replies ...bson.D) (any, error) {
+func runMock(op string, n int, replies ...bson.D) (res any, err error) {
 	switch op {
 	case OpInsertOne, OpInsertMany, OpBulkWrite:
 	default:
-		return nil, fmt.Errorf("mocks: unknown op %q: want %q, %q or %q", op, OpInsertOne, OpInsertMany, OpBulkWrite)
+		return nil, fmt.Errorf("%w %q: want %q, %q or %q", ErrUnknownOp, op, OpInsertOne, OpInsertMany, OpBulkWrite)
 	}
 	mockMu.Lock()
 	defer mockMu.Unlock()
+	defer func() {
+		if r := recover(); r != nil {
+			res, err = nil, &DriverPanicError{Op: op, Value: r}
+		}
+	}()
 	md := drivertest.NewMockDeployment(replies...)
 	opts := options.Client().SetRetryWrites(false).SetRetryReads(false)
 	if err := xoptions.SetInternalClientOptions(opts, "deployment", md); err != nil {

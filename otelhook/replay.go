@@ -29,6 +29,8 @@ const (
 	ReplayConflict     = "conflict"      // a duplicate key that is not the envelope's own write
 	ReplayFailed       = "failed"        // another error; left pending
 	ReplaySkipped      = "skipped"       // not replayable (truncated, redacted, not a model)
+	ReplayRefused      = "refused"       // not sent: the replay may not run it (namespace, kind of write)
+	ReplayHeld         = "held"          // not sent: an earlier runner died with it in flight
 )
 
 // NewReplayRecorder returns a ReplayRecorder on the meter provider

@@ -43,7 +43,8 @@ func classifyReport(send []*entry, rep *writeguard.Report) {
 		e := send[i]
 		f := o.Failure
 		if f != nil {
-			e.code, e.reason = f.Code, failureReason(f)
+			e.code, e.codeName, e.reason = f.Code, f.CodeName, failureReason(f)
+			e.docErr = f.Shape == policy.ShapeWriteError
 		}
 		switch d := o.Disposition; {
 		case d == writeguard.Written || d == writeguard.AlreadyWritten || d == writeguard.ConflictReplaced:
@@ -86,15 +87,16 @@ func classifyDriverError(send []*entry, err error) {
 		f := perDoc[i]
 		switch {
 		case f != nil && isInvalid(*f, e):
-			e.out, e.code, e.reason = outInvalid, f.Code, failureReason(f)
+			e.out, e.code, e.codeName, e.reason = outInvalid, f.Code, f.CodeName, failureReason(f)
 		case f != nil && policy.IsDuplicateKey(*f):
-			e.out, e.code, e.reason = outDuplicate, f.Code, failureReason(f)
+			e.out, e.code, e.codeName, e.reason = outDuplicate, f.Code, f.CodeName, failureReason(f)
 		case f != nil:
-			e.out, e.code, e.reason = outFailed, f.Code, failureReason(f)
+			e.out, e.code, e.codeName, e.reason = outFailed, f.Code, f.CodeName, failureReason(f)
+			e.docErr = f.Shape == policy.ShapeWriteError
 		case whole != nil:
 			// A write concern error (applied, not confirmed) or a
 			// whole-command error: the next run resolves it by _id.
-			e.out, e.code, e.reason = outFailed, whole.Code, failureReason(whole)
+			e.out, e.code, e.codeName, e.reason = outFailed, whole.Code, whole.CodeName, failureReason(whole)
 		default:
 			e.out = outReplayed
 		}

@@ -12,10 +12,30 @@
 //   - a duplicate key on an _id already holding this payload: replayed (an
 //     earlier run, or a crashed one, wrote it);
 //   - any other duplicate key: a conflict, left pending;
-//   - any other failure: left pending for the next run.
+//   - any other failure: left pending for the next run;
+//   - refused (see What replay writes): left pending, not sent;
+//   - held (see Writes in flight): left pending, not sent, for an
+//     operator.
 //
 // Every envelope tried also gets replay_run and replay_tried_at (see
-// Concurrent runners).
+// Concurrent runners), and every one not written a replay_reason saying
+// why, with codes and names only ("still_invalid: 121
+// DocumentValidationFailure", "refused: deleteMany not allowed ...",
+// "held: in_flight_when_runner_died"); a written one loses it. So each
+// envelope ends replayed, pending with a recorded reason, or quarantined.
+//
+// # Quarantine
+//
+// A failed replay of an envelope (rejected again, a conflict, a write
+// error of the target for it; not an error of the whole command, such as
+// a network error, which says nothing of the envelope) adds one to its
+// replay_failures (envelope.FieldReplayFailures). When that count reaches
+// WithQuarantineAfter (DefaultQuarantineAfter, 5), the envelope becomes
+// quarantined (envelope.StatusQuarantined): later runs skip it, Stats
+// counts it (Summary.Quarantined), and Result.Quarantined counts those a
+// run quarantined (for a metric). WithIncludeQuarantined tries them again
+// deliberately. Refusals, skips and holds are not tries and count
+// nothing.
 //
 // Envelopes whose original was truncated to fit the 16 MiB limit, or
 // redacted by the sink's hook (unless WithRedacted), are skipped: their
@@ -33,10 +53,20 @@
 // was assigned by writeguard, so no one else can hold it) and marks the
 // envelope replayed. Running Run again after a complete run does nothing.
 //
-// Update, replace and delete models have no such guard: a crash between
-// the model's write and the DLQ update runs the model again on the next
-// run (at-least-once). Idempotent models ($set, replace by _id) are safe;
-// $inc and $push are not.
+// # Writes in flight
+//
+// Update, replace and delete models have no such guard: run twice, $inc
+// and $push apply twice. So before sending them the runner marks their
+// leases in flight (Lease.InFlight), and deletes the leases only after
+// the envelopes are marked. A runner that dies (or loses the DLQ) between
+// the two leaves in-flight leases behind; the runner that next claims
+// such an envelope, finding no try of it recorded since that claim,
+// cannot know whether the target applied the write, and does not run it
+// again: it holds the envelope (pending, replay_hold
+// "in_flight_when_runner_died", counted in Result.Held and
+// Summary.Held). An operator checks the target, then discards the
+// envelope or replays it with WithIncludeHeld. Inserts need no hold:
+// their _id makes a second write a duplicate key, recognised as above.
 //
 // # Concurrent runners
 //
@@ -58,14 +88,19 @@
 // crash, a lost connection) leaves them to expire: a runner meeting a
 // live lease waits and looks again until it can claim the envelope or the
 // envelope is done, so Run returns only when no selected envelope is held
-// by anyone.
+// by anyone. A runner that takes an envelope over deletes the earlier,
+// expired claims once it has marked it.
 //
 // Each run has an id (WithRunID; random by default, shared by the workers
 // of one Run): every envelope a runner tries gets replay_run and
 // replay_tried_at, whatever the outcome, and the runners of the run skip
 // envelopes whose replay_run is theirs, so an envelope rejected again is
 // tried once per run, not once per runner. Processes draining one backlog
-// together pass one id.
+// together may pass one id; processes started independently, each with
+// its own id, also end: a run skips the envelopes anyone tried since it
+// started (replay_tried_at), so an envelope rejected again is tried at
+// most once by each run, and no two runs keep retrying what the other
+// just tried. (The runners' clocks must agree to well within the lease.)
 //
 // A runner that overruns its lease (a batch slower than WithLease) may
 // see another runner take its envelopes over: both write them (an insert
@@ -74,9 +109,11 @@
 // inserts the record "<envelope key>.run.<run id>" in the lease
 // collection for every envelope of its batch, and counts only those whose
 // record it stored first: over the runners of one run, the counts add up
-// to the envelopes tried, each once. Those records and the leases of dead
-// runners stay in the lease collection (a few hundred bytes each); drop
-// it when no replay is running.
+// to the envelopes tried, each once. Those records stay in the lease
+// collection (a few hundred bytes each); drop it only when no replay is
+// running and a complete run followed the last one that died: the
+// in-flight leases a dead runner left are the only record that a
+// write's result is unknown (see Writes in flight).
 //
 // # The target
 //
@@ -93,10 +130,48 @@
 // the target's sink makes a second envelope rather than counting an
 // attempt on the first.
 //
-// Replay writes only into the target's namespace: unless the Filter names
-// namespaces, Run selects the envelopes whose namespace is the target's
-// ("<database>.<collection>", from *mongo.Collection, or the Namespace
-// method of *writeguard.Guarded and of test doubles).
+// # What replay writes
+//
+// Anyone who can write the dead-letter collection can forge an envelope,
+// and an envelope's namespace and original decide where a replay writes
+// and what it runs, with the rights of the replay's client (typically an
+// operator's, wider than the application's). Anyone with insert or
+// update rights on the DLQ, the application's own user included (its
+// sink writes there), can therefore make a replay create users in
+// admin.system.users or delete every document of a collection, unless
+// the replay refuses. So it refuses, and every refusal is counted
+// (Result.Refused), listed (Problems, with the envelope's _id and the
+// reason) and recorded (replay_reason, the envelope left pending):
+//
+//   - Run writes into its target only, and the target's namespace must be
+//     one the operator named: WithInto, by default the target's own
+//     namespace (the one the guarded collection was built with). An
+//     envelope of another namespace is written only when WithInto names
+//     it too.
+//   - Whatever is named, the admin, local and config databases, system
+//     collections ("system.*"), the dead-letter collection, its side
+//     collections ("<dlq>_*") and the lease collection are refused
+//     (RefusedNamespace).
+//   - Inserts only, by default; updates, replaces and deletes when
+//     WithOperations allows them; updateMany, deleteMany and filters
+//     without an _id condition only with WithMultiDocument.
+//
+// Give replay's client the least rights that do the job (read and write
+// on the DLQ, its lease collection and the target collections), and
+// restrict who can write the DLQ: the application's user needs insert and
+// update on it only.
+//
+// Unless the Filter names namespaces, Run selects the envelopes whose
+// namespace is the target's ("<database>.<collection>", from
+// *mongo.Collection, or the Namespace method of *writeguard.Guarded and
+// of test doubles).
+//
+// # Discard
+//
+// Discard gives envelopes up through the same leases: it does not
+// discard an envelope a replay holds (it reports it busy), and a replay
+// does not select one it discarded, so of the two one wins, visibly.
+// envelope.Discard does not coordinate with running replays.
 //
 // # Dry run
 //

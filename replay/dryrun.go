@@ -102,6 +102,9 @@ func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collec
 		{Key: "$and", Value: bson.A{q}},
 		{Key: "original._id", Value: bson.D{{Key: "$exists", Value: true}}},
 		{Key: "original_truncated", Value: bson.D{{Key: "$ne", Value: true}}},
+		// Withheld fields make the stored original not the document; an
+		// original kept as exact bytes (original_raw) has no original._id.
+		{Key: "withheld", Value: bson.D{{Key: "$exists", Value: false}}},
 	}
 	if !cfg.redacted {
 		eligible = append(eligible, bson.E{Key: "original_redacted", Value: bson.D{{Key: "$ne", Value: true}}})

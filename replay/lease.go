@@ -45,6 +45,14 @@ type Lease struct {
 	// Until is when the lease expires: from then on another runner may
 	// claim the envelope (claim N+1).
 	Until time.Time `bson:"until"`
+	// InFlight is set by the runner just before it sends the envelope's
+	// update, replace or delete to the target. A claim still on record
+	// with InFlight set, and no try of the envelope recorded since its
+	// ClaimedAt, is a write whose result nobody saw: the runner died
+	// (or lost the DLQ) between sending it and marking the envelope. The
+	// next runner holds the envelope for an operator instead of running
+	// it again (envelope.FieldReplayHold).
+	InFlight bool `bson:"in_flight,omitempty"`
 }
 
 // leaseKey returns Lease.Key of an envelope _id.
@@ -62,14 +70,24 @@ func randomID() string {
 type claimed struct {
 	envs   []stored
 	leases []string
+	// leaseOf maps an envelope's key to the id of this runner's lease.
+	leaseOf map[string]string
+	// stale are the ids of the earlier claims of the envelopes (expired),
+	// deleted once the envelopes are marked.
+	stale []string
+	// inFlight maps the key of an envelope with an earlier claim marked
+	// InFlight to the latest such claim's ClaimedAt.
+	inFlight map[string]time.Time
 	// held counts the candidates another runner held.
 	held int
 }
 
-// leaseState is the latest claim on record of one envelope.
+// leaseState is the latest claim on record of one envelope, and the
+// latest of its claims marked in flight (zero when none).
 type leaseState struct {
-	n     int
-	until time.Time
+	n        int
+	until    time.Time
+	inFlight time.Time
 }
 
 // claim takes a lease on each candidate no other runner holds, then reads
@@ -108,6 +126,15 @@ func (r *runner) claim(ctx context.Context, q bson.D, ids []bson.RawValue) (clai
 	if err != nil || len(won) == 0 {
 		return cl, err
 	}
+	cl.inFlight = map[string]time.Time{}
+	for _, l := range won {
+		for n := range l.N {
+			cl.stale = append(cl.stale, l.Key+"."+strconv.Itoa(n))
+		}
+		if st := states[l.Key]; !st.inFlight.IsZero() {
+			cl.inFlight[l.Key] = st.inFlight
+		}
+	}
 	return r.readClaimed(ctx, q, won, cl)
 }
 
@@ -125,9 +152,11 @@ func (r *runner) readClaimed(ctx context.Context, q bson.D, won []Lease, cl clai
 		r.release(ctx, leaseIDs(won))
 		return cl, err
 	}
+	cl.leaseOf = make(map[string]string, len(envs))
 	for _, e := range envs {
 		k := leaseKey(e.ID)
 		cl.leases = append(cl.leases, byKey[k])
+		cl.leaseOf[k] = byKey[k]
 		delete(byKey, k)
 	}
 	cl.envs = envs
@@ -149,12 +178,14 @@ func leaseIDs(ls []Lease) []string {
 	return out
 }
 
-// leaseStates returns the latest claim on record of each envelope key.
+// leaseStates returns the latest claim on record of each envelope key,
+// with the latest ClaimedAt of its claims marked InFlight.
 func (r *runner) leaseStates(ctx context.Context, keys []string) (map[string]leaseState, error) {
 	var ls []Lease
 	err := retry(ctx, func() error {
 		cur, err := r.cfg.leases.Find(ctx, bson.D{{Key: "key", Value: bson.D{{Key: "$in", Value: keys}}}},
-			options.Find().SetProjection(bson.D{{Key: "key", Value: 1}, {Key: "n", Value: 1}, {Key: "until", Value: 1}}))
+			options.Find().SetProjection(bson.D{{Key: "key", Value: 1}, {Key: "n", Value: 1}, {Key: "until", Value: 1},
+				{Key: "in_flight", Value: 1}, {Key: "claimed_at", Value: 1}}))
 		if err != nil {
 			return err
 		}
@@ -166,9 +197,14 @@ func (r *runner) leaseStates(ctx context.Context, keys []string) (map[string]lea
 	}
 	out := make(map[string]leaseState, len(ls))
 	for _, l := range ls {
-		if st, ok := out[l.Key]; !ok || l.N > st.n {
-			out[l.Key] = leaseState{n: l.N, until: l.Until}
+		st, ok := out[l.Key]
+		if !ok || l.N > st.n {
+			st.n, st.until = l.N, l.Until
 		}
+		if l.InFlight && l.ClaimedAt.After(st.inFlight) {
+			st.inFlight = l.ClaimedAt
+		}
+		out[l.Key] = st
 	}
 	return out, nil
 }
@@ -250,6 +286,20 @@ func (r *runner) ownLeases(ctx context.Context, ids []string, claimedAt time.Tim
 		}
 	}
 	return out, nil
+}
+
+// markInFlight sets InFlight on the leases ids (see Lease.InFlight),
+// before their envelopes' writes are sent.
+func (r *runner) markInFlight(ctx context.Context, ids []string) error {
+	err := retry(ctx, func() error {
+		_, err := r.cfg.leases.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "in_flight", Value: true}}}})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("replay: marking leases in flight (nothing was sent): %w", err)
+	}
+	return nil
 }
 
 // release deletes leases; after ctx ended it still tries, for up to

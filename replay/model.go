@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"strings"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
@@ -12,15 +14,21 @@ import (
 // update|replacement, upsert}, as writeguard builds it).
 var modelOps = map[string]bool{"updateOne": true, "updateMany": true, "replaceOne": true, "deleteOne": true, "deleteMany": true}
 
-// buildModel returns the write model replaying env: an insertOne of its
-// original, or, for a bulkWrite envelope whose original describes an
-// update, replace or delete model (it then has a string "op" among
+// buildModel returns the write model replaying env: for a format-2
+// envelope (Kind set) the model envelope.ParseModel rebuilds, every
+// option of the original model included; for an older one, an insertOne
+// of its original, or, for a bulkWrite envelope whose original describes
+// an update, replace or delete model (it then has a string "op" among
 // modelOps and no top-level _id, which an insert's original always has),
-// that model. reason is non-empty when env is to be skipped.
+// that model. An envelope with withheld fields is sent only with the
+// complete original supplied (WithWithheldValues). reason is non-empty
+// when env is to be skipped.
 func buildModel(env *envelope.Envelope, redacted bool) (m mongo.WriteModel, insert bool, reason string) {
 	switch {
 	case env.OriginalTruncated:
 		return nil, false, "original truncated to fit 16 MiB: not replayable"
+	case len(env.Withheld) > 0:
+		return nil, false, withheldReason(env)
 	case env.OriginalRedacted && !redacted:
 		return nil, false, "original redacted by the sink (replay with WithRedacted to send it anyway)"
 	case len(env.Original) == 0:
@@ -29,6 +37,18 @@ func buildModel(env *envelope.Envelope, redacted bool) (m mongo.WriteModel, inse
 	orig := env.Original
 	if err := orig.Validate(); err != nil {
 		return nil, false, "original is not valid BSON: " + err.Error()
+	}
+	if env.Kind != "" {
+		if env.Kind == envelope.KindInsertOne {
+			if _, err := orig.LookupErr("_id"); err != nil {
+				return nil, false, "original has no _id (an insert would get a new one on every replay)"
+			}
+		}
+		m, err := envelope.ParseModel(env.Kind, orig)
+		if err != nil {
+			return nil, false, err.Error()
+		}
+		return m, env.Kind == envelope.KindInsertOne, ""
 	}
 	if _, err := orig.LookupErr("_id"); err == nil {
 		return mongo.NewInsertOneModel().SetDocument(orig), true, ""
@@ -44,6 +64,16 @@ func buildModel(env *envelope.Envelope, redacted bool) (m mongo.WriteModel, inse
 	}
 	m, reason = writeModel(op, parts)
 	return m, false, reason
+}
+
+// withheldReason is the skip reason of an envelope with withheld fields.
+func withheldReason(env *envelope.Envelope) string {
+	paths := make([]string, len(env.Withheld))
+	for i, w := range env.Withheld {
+		paths[i] = w.Path + " (" + w.Reason + ")"
+	}
+	return "fields withheld from the dead-letter queue: " + strings.Join(paths, ", ") +
+		"; supply the complete original to replay it (replay.WithWithheldValues)"
 }
 
 // modelParts returns the document holding a model's filter, update or

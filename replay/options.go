@@ -1,11 +1,13 @@
 package replay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/writeguard/writeguard/envelope"
@@ -26,6 +28,10 @@ const MinLease = 100 * time.Millisecond
 
 // MaxWorkers bounds WithWorkers.
 const MaxWorkers = 64
+
+// DefaultQuarantineAfter is how many failed replays of one envelope make
+// it quarantined (WithQuarantineAfter): 5.
+const DefaultQuarantineAfter = 5
 
 // LeaseCollectionSuffix is appended to the dead-letter collection's name
 // to name the collection holding the leases, unless WithLeaseCollection
@@ -54,6 +60,7 @@ type config struct {
 	validator any
 	progress  func(Progress)
 	redacted  bool
+	withheld  WithheldFunc
 	workers   int
 	lease     time.Duration
 	leases    *mongo.Collection
@@ -61,10 +68,32 @@ type config struct {
 	run       string
 	errs      []error
 	now       func() time.Time
+
+	into              []string
+	ops               Operations
+	multi             bool
+	quarantineAfter   int
+	includeQuarantine bool
+	includeHeld       bool
+	// targetRefused says why the target's namespace is refused (set by
+	// Run): every envelope is then refused.
+	targetRefused string
+}
+
+// allowed reports whether ns is named by WithInto (or, without it, is the
+// target's namespace, which Run puts in into).
+func (c *config) allowed(ns string) bool {
+	for _, n := range c.into {
+		if n == ns {
+			return true
+		}
+	}
+	return false
 }
 
 func newConfig(opts []Option) *config {
-	c := &config{batch: DefaultBatchSize, workers: 1, lease: DefaultLease, now: time.Now}
+	c := &config{batch: DefaultBatchSize, workers: 1, lease: DefaultLease, now: time.Now,
+		ops: DefaultOperations, quarantineAfter: DefaultQuarantineAfter}
 	for i, o := range opts {
 		if o == nil {
 			c.errs = append(c.errs, fmt.Errorf("replay: option %d is nil", i))
@@ -226,5 +255,107 @@ func WithRunID(id string) Option {
 			return
 		}
 		c.run = id
+	})
+}
+
+// WithInto names the namespaces ("<database>.<collection>") the replay
+// may write into; without it, the target's own namespace only (the one
+// the guarded collection was built with). Run writes into its target
+// only: the target's namespace must be named, and so must each
+// envelope's (an envelope of another namespace is replayed into the
+// target only when both are named: a renamed collection, say). Whatever
+// is named, replay refuses the admin, local and config databases, system
+// collections ("system.*"), the dead-letter collection, its side
+// collections ("<dlq>_*") and the lease collection. An envelope refused
+// stays pending, its reason recorded (replay_reason) and counted
+// (Result.Refused, Problems). An empty name is an error.
+//
+// Why: an envelope's namespace and original are data that anyone with
+// write access to the DLQ can forge (see the package documentation).
+func WithInto(namespaces ...string) Option {
+	return optionFunc(func(c *config) {
+		for _, ns := range namespaces {
+			if ns == "" {
+				c.errs = append(c.errs, errors.New("replay: WithInto(\"\"): want <database>.<collection>"))
+				return
+			}
+		}
+		c.into = append(c.into, namespaces...)
+	})
+}
+
+// WithOperations sets which kinds of write the replay may run (default
+// DefaultOperations: inserts only). Updates, replaces and deletes replay
+// the models of bulkWrite envelopes; those of them that may change
+// several documents need WithMultiDocument too. An envelope whose kind is
+// not allowed is refused (pending, reason recorded, counted). An empty
+// set is an error.
+func WithOperations(ops Operations) Option {
+	return optionFunc(func(c *config) {
+		if ops == 0 || ops&^(Inserts|Updates|Replaces|Deletes) != 0 {
+			c.errs = append(c.errs, fmt.Errorf("replay: WithOperations(%d): want a non-empty set of Inserts, Updates, Replaces, Deletes", ops))
+			return
+		}
+		c.ops = ops
+	})
+}
+
+// WithMultiDocument lets the replay run updateMany and deleteMany models,
+// and update, replace and delete models whose filter has no _id
+// condition (a top-level _id equal to a value, {$eq: v} or {$in: [...]}):
+// writes that may change any number of documents, e.g. a forged
+// {op: "deleteMany", filter: {}}. Without it they are refused.
+func WithMultiDocument() Option {
+	return optionFunc(func(c *config) { c.multi = true })
+}
+
+// WithQuarantineAfter sets how many failed replays (replay_failures:
+// rejected again, a conflict, an error of the target for that envelope)
+// make an envelope quarantined (default DefaultQuarantineAfter; 0: never).
+// A quarantined envelope is skipped unless WithIncludeQuarantined. A
+// negative n is an error.
+func WithQuarantineAfter(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 0 {
+			c.errs = append(c.errs, fmt.Errorf("replay: WithQuarantineAfter(%d): want ≥ 0 (0: never)", n))
+			return
+		}
+		c.quarantineAfter = n
+	})
+}
+
+// WithIncludeQuarantined makes the replay try quarantined envelopes too
+// (status quarantined), deliberately: one written becomes replayed, one
+// failing again stays quarantined with one more failure.
+func WithIncludeQuarantined() Option {
+	return optionFunc(func(c *config) { c.includeQuarantine = true })
+}
+
+// WithIncludeHeld makes the replay run the envelopes it holds for an
+// operator (replay_hold: an update, replace or delete in flight when its
+// runner died, which may or may not have been applied). Use it after
+// checking the target: the write may be applied a second time.
+func WithIncludeHeld() Option {
+	return optionFunc(func(c *config) { c.includeHeld = true })
+}
+
+// WithheldFunc returns the complete original of an envelope whose fields
+// were withheld (envelope.Envelope.Withheld: the server refused them for
+// not being encrypted), e.g. by reading the document again from its
+// source and encrypting it. The document must hold every withheld path
+// (for a model, in the model document); otherwise, or on an error, the
+// envelope is skipped, with the reason in Result.Problems.
+type WithheldFunc func(ctx context.Context, env envelope.Envelope) (bson.Raw, error)
+
+// WithWithheldValues lets Run replay envelopes with withheld fields,
+// taking their complete original from f. Without it such envelopes are
+// skipped: a replay never writes a document with a field silently missing.
+func WithWithheldValues(f WithheldFunc) Option {
+	return optionFunc(func(c *config) {
+		if f == nil {
+			c.errs = append(c.errs, errors.New("replay: WithWithheldValues(nil)"))
+			return
+		}
+		c.withheld = f
 	})
 }

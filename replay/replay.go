@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,21 @@ type Counts struct {
 	// Skipped were not sent: truncated or redacted original, or an
 	// original that is not a replayable document or model.
 	Skipped int64
+	// Refused were not sent because the replay may not run them: a
+	// namespace not named (WithInto) or always refused, a kind of write
+	// not allowed (WithOperations), a multi-document write or a filter
+	// without an _id condition (WithMultiDocument). Left pending with
+	// the reason recorded (replay_reason).
+	Refused int64
+	// Held were not sent: updates, replaces and deletes whose replay was
+	// in flight when an earlier runner died, so that whether the target
+	// applied them is unknown. Left pending with replay_hold set, for an
+	// operator (see WithIncludeHeld).
+	Held int64
+	// Quarantined counts, among StillInvalid, Conflicts and Failed, the
+	// envelopes this run made (or left) quarantined: their failed
+	// replays reached the limit (WithQuarantineAfter).
+	Quarantined int64
 }
 
 // Progress is what WithProgress reports after each batch.
@@ -49,13 +65,15 @@ type Progress struct {
 }
 
 // Problem describes one envelope that was not replayed for a reason other
-// than validation: a conflict, a failure or a skip.
+// than validation: a conflict, a failure, a skip, a refusal, a hold, or
+// a quarantine (validation failures included).
 type Problem struct {
 	// EnvelopeID is the envelope's _id in the DLQ.
 	EnvelopeID bson.RawValue
 	// Fingerprint is the envelope's fingerprint.
 	Fingerprint string
-	// Outcome is "conflict", "failed" or "skipped".
+	// Outcome is "conflict", "failed", "skipped", "refused", "held" or
+	// "quarantined".
 	Outcome string
 	// Code is the server's error code (0 for skips and client errors).
 	Code int32
@@ -79,7 +97,8 @@ type Result struct {
 	// LeasesHeld counts the times a runner met a selected envelope that
 	// another runner held (it waits for those, then looks again).
 	LeasesHeld int64
-	// Problems lists up to 100 conflicts, failures and skips.
+	// Problems lists up to 100 conflicts, failures, skips, refusals,
+	// holds and quarantines.
 	Problems []Problem
 
 	// DryRun is true for a dry run, which fills the fields below instead
@@ -107,10 +126,17 @@ type Result struct {
 // evaluate a dry run: "dry run unsupported on this server: <reason>".
 var ErrDryRunUnsupported = errors.New("dry run unsupported on this server")
 
-// stored is an envelope as read from the DLQ, with its _id.
+// stored is an envelope as read from the DLQ, with its _id and the
+// fields replay keeps besides those of envelope.Envelope.
 type stored struct {
 	ID                bson.RawValue `bson:"_id"`
 	envelope.Envelope `bson:",inline"`
+	// ReplayHold is envelope.FieldReplayHold.
+	ReplayHold string `bson:"replay_hold,omitempty"`
+	// decodeErr says why the envelope cannot be decoded
+	// (envelope.DecodeError: which field, never its value); it is
+	// skipped, and nothing else of its batch is held up.
+	decodeErr string
 }
 
 // Run replays the envelopes of dlq selected by the options (pending ones
@@ -154,6 +180,18 @@ func Run(ctx context.Context, dlq *mongo.Collection, target writeguard.Collectio
 	if cfg.leases == nil {
 		cfg.leases = dlq.Database().Collection(dlq.Name() + LeaseCollectionSuffix)
 	}
+	tns := Namespace(target)
+	if tns == "" {
+		return res, fmt.Errorf("replay: the target (%T) has no known namespace: replay writes only into a namespace it can check", target)
+	}
+	if len(cfg.into) == 0 {
+		cfg.into = []string{tns}
+	}
+	if why := refusedNamespace(tns, dlq, cfg.leases); why != "" {
+		cfg.targetRefused = "target " + why
+	} else if !cfg.allowed(tns) {
+		cfg.targetRefused = "target namespace " + quote(tns) + " not named for this replay (WithInto, --into)"
+	}
 	if cfg.run == "" {
 		cfg.run = randomID()
 	}
@@ -166,9 +204,13 @@ func Run(ctx context.Context, dlq *mongo.Collection, target writeguard.Collectio
 }
 
 // selection returns the query of the envelopes to replay: the filter,
-// pending by default, in the target's namespace by default.
+// pending by default (and quarantined with WithIncludeQuarantined), in
+// the target's namespace by default, not held (unless WithIncludeHeld).
 func selection(cfg *config, target writeguard.Collection, now time.Time) (bson.D, error) {
 	f := cfg.filter.WithDefaultStatus(envelope.StatusPending)
+	if cfg.includeQuarantine && !slices.Contains(f.Statuses, envelope.StatusQuarantined) {
+		f.Statuses = append(slices.Clip(f.Statuses), envelope.StatusQuarantined)
+	}
 	if len(f.Namespaces) == 0 {
 		ns := Namespace(target)
 		if ns == "" {
@@ -176,7 +218,11 @@ func selection(cfg *config, target writeguard.Collection, now time.Time) (bson.D
 		}
 		f.Namespaces = []string{ns}
 	}
-	return f.Query(now)
+	q, err := f.Query(now)
+	if err != nil || cfg.includeHeld {
+		return q, err
+	}
+	return append(q, bson.E{Key: envelope.FieldReplayHold, Value: bson.D{{Key: "$exists", Value: false}}}), nil
 }
 
 // Namespace returns "<database>.<collection>" of a target: that of a
@@ -197,8 +243,18 @@ func Namespace(target writeguard.Collection) string {
 func drain(ctx context.Context, cfg *config, dlq *mongo.Collection, target writeguard.Collection, q bson.D, start time.Time) (Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// Envelopes tried by this run are left to no other of its runners.
-	q = bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "replay_run", Value: bson.D{{Key: "$ne", Value: cfg.run}}}}}}}
+	// Envelopes tried by this run are left to no other of its runners,
+	// and those tried by anyone since this run started (another process,
+	// with its own run id) are not tried again by this run: so that
+	// every run ends, and each try is a real one.
+	since := start.UTC().Truncate(time.Millisecond)
+	q = bson.D{{Key: "$and", Value: bson.A{q,
+		bson.D{{Key: "replay_run", Value: bson.D{{Key: "$ne", Value: cfg.run}}}},
+		bson.D{{Key: "$or", Value: bson.A{
+			bson.D{{Key: "replay_tried_at", Value: bson.D{{Key: "$exists", Value: false}}}},
+			bson.D{{Key: "replay_tried_at", Value: bson.D{{Key: "$lt", Value: since}}}},
+		}}},
+	}}}
 	// Claims look leases up by key: index it (best effort; an existing
 	// index makes this a no-op, and a server refusing it only costs
 	// scans of the lease collection).
@@ -264,6 +320,9 @@ func (c *Counts) add(o Counts) {
 	c.Conflicts += o.Conflicts
 	c.Failed += o.Failed
 	c.Skipped += o.Skipped
+	c.Refused += o.Refused
+	c.Held += o.Held
+	c.Quarantined += o.Quarantined
 }
 
 func (r *Result) add(o *Result) {
@@ -383,20 +442,65 @@ func (r *runner) read(ctx context.Context, q bson.D, n int) ([]stored, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replay: reading the dead-letter collection: %w", err)
 	}
+	defer cur.Close(ctx)
 	var out []stored
-	if err := cur.All(ctx, &out); err != nil {
+	for cur.Next(ctx) {
+		id := cur.Current.Lookup("_id")
+		s := stored{ID: bson.RawValue{Type: id.Type, Value: append([]byte(nil), id.Value...)}}
+		// envelope.Decode: any format, binary originals included; an
+		// envelope that cannot be decoded is data, not a failure.
+		env, err := envelope.Decode(cur.Current)
+		var de *envelope.DecodeError
+		switch {
+		case errors.As(err, &de):
+			s.decodeErr = de.Error()
+		case err != nil:
+			return nil, fmt.Errorf("replay: reading the dead-letter collection: %w", err)
+		default:
+			s.Envelope = env
+			if v, ok := cur.Current.Lookup(envelope.FieldReplayHold).StringValueOK(); ok {
+				s.ReplayHold = v
+			}
+		}
+		out = append(out, s)
+	}
+	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("replay: reading the dead-letter collection: %w", err)
 	}
 	return out, nil
 }
 
-// process replays a claimed batch and releases its leases.
+// process replays a claimed batch and releases its leases, and once the
+// envelopes are marked the earlier claims of them. The leases of writes
+// sent (marked in flight) and not marked are kept, to expire: the next
+// runner then holds those envelopes (see Lease.InFlight).
 func (r *runner) process(ctx context.Context, cl claimed) error {
-	defer r.release(ctx, cl.leases)
+	st := &batchState{keep: map[string]bool{}}
+	defer func() {
+		ids := make([]string, 0, len(cl.leases)+len(cl.stale))
+		for _, id := range cl.leases {
+			if !st.keep[id] {
+				ids = append(ids, id)
+			}
+		}
+		if st.marked {
+			ids = append(ids, cl.stale...)
+		}
+		r.release(ctx, ids)
+	}()
 	if err := r.pace(ctx, len(cl.envs)); err != nil {
 		return err
 	}
-	return r.batch(ctx, cl.envs)
+	return r.batch(ctx, cl, st)
+}
+
+// batchState is what process needs to know of a batch at its end.
+type batchState struct {
+	// keep holds the lease ids marked in flight, until the batch is
+	// marked.
+	keep map[string]bool
+	// marked is set once the outcomes are recorded in the DLQ.
+	marked bool
 }
 
 // pace waits, with a rate limit, until sending n more envelopes keeps the
@@ -439,34 +543,77 @@ const (
 	outConflict
 	outFailed
 	outSkipped
+	outRefused
+	outHeld
 )
 
 var outcomeNames = [...]string{"pending", "replayed", "replayed_by_duplicate", "still_invalid", "dead_lettered_by_target",
-	"duplicate", "conflict", "failed", "skipped"}
+	"duplicate", "conflict", "failed", "skipped", "refused", "held"}
+
+// holdInFlight is the hold reason (envelope.FieldReplayHold) of an
+// update, replace or delete whose replay was in flight when its runner
+// died.
+const holdInFlight = "in_flight_when_runner_died"
 
 func (o outcome) String() string { return outcomeNames[o] }
 
 // entry is one envelope of a batch on its way.
 type entry struct {
 	env    *stored
+	call   string // the envelope's call_options bytes: entries are sent grouped by them
 	model  mongo.WriteModel
 	insert bool
 	docID  bson.RawValue
 	out    outcome
 	code   int32
 	reason string
+	// codeName is the server's codeName of code, if any.
+	codeName string
+	// docErr is set when the failure is the server's answer for this
+	// document or model (a write error), not for the whole command.
+	docErr bool
+	// failed is set when the outcome is a failed replay of the envelope
+	// (counted in replay_failures); quarantine when that count reaches
+	// the limit.
+	failed, quarantine bool
 }
 
 // prepare turns a batch into entries and returns those to send (the
-// others are skipped).
-func (r *runner) prepare(envs []stored) (entries, send []*entry) {
+// others are skipped, refused or held). inFlight maps envelope keys to
+// the time of an earlier claim marked in flight (claimed.inFlight).
+func (r *runner) prepare(ctx context.Context, envs []stored, inFlight map[string]time.Time) (entries, send []*entry) {
 	entries = make([]*entry, len(envs))
 	for i := range envs {
-		e := &entry{env: &envs[i]}
+		e := &entry{env: &envs[i], call: string(envs[i].CallOptions)}
 		entries[i] = e
-		m, insert, reason := buildModel(&envs[i].Envelope, r.cfg.redacted)
+		if envs[i].decodeErr != "" {
+			e.out, e.reason = outSkipped, envs[i].decodeErr
+			continue
+		}
+		env := &envs[i].Envelope
+		if len(env.Withheld) > 0 && r.cfg.withheld != nil {
+			supplied, reason := supplyWithheld(ctx, r.cfg.withheld, env)
+			if reason != "" {
+				e.out, e.reason = outSkipped, reason
+				continue
+			}
+			env = supplied
+			envs[i].Original = supplied.Original // the duplicate-key read-back compares with it
+		}
+		m, insert, reason := buildModel(env, r.cfg.redacted)
 		if reason != "" {
 			e.out, e.reason = outSkipped, reason
+			continue
+		}
+		if why := r.guard(envs[i].Namespace, m); why != "" {
+			e.out, e.reason = outRefused, why
+			continue
+		}
+		// A write sent by a runner that died before marking it: applied
+		// or not, nobody knows, unless a try was recorded since (the
+		// runner died after marking, before releasing its lease).
+		if at, ok := inFlight[leaseKey(envs[i].ID)]; ok && !insert && envs[i].ReplayTriedAt.Before(at) {
+			e.out, e.reason = outHeld, holdInFlight
 			continue
 		}
 		e.model, e.insert = m, insert
@@ -478,58 +625,93 @@ func (r *runner) prepare(envs []stored) (entries, send []*entry) {
 	return entries, send
 }
 
-func (r *runner) batch(ctx context.Context, envs []stored) error {
-	entries, send := r.prepare(envs)
+func (r *runner) batch(ctx context.Context, cl claimed, st *batchState) error {
+	entries, send := r.prepare(ctx, cl.envs, cl.inFlight)
 	var writeErr error
 	if len(send) > 0 {
-		models := make([]mongo.WriteModel, len(send))
-		for i, e := range send {
-			models[i] = e.model
+		// Updates, replaces and deletes are not idempotent by _id as
+		// inserts are: their leases say "in flight" while they are sent.
+		var flying []string
+		for _, e := range send {
+			if !e.insert {
+				flying = append(flying, cl.leaseOf[leaseKey(e.env.ID)])
+			}
 		}
-		_, writeErr = r.target.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
-		classify(send, writeErr)
-		resolveDuplicates(ctx, r.target, send)
+		if len(flying) > 0 {
+			if err := r.markInFlight(ctx, flying); err != nil {
+				return err
+			}
+			for _, id := range flying {
+				st.keep[id] = true
+			}
+		}
+		for _, group := range byCallOptions(send) {
+			r.send(ctx, group, &writeErr)
+		}
 	}
-	if err := r.mark(ctx, entries); err != nil {
-		return err
-	}
-	failed := 0
+	failed, docErrs := 0, 0
 	for _, e := range send {
 		if e.out == outFailed {
 			failed++
+			if e.docErr {
+				docErrs++
+			}
 		}
 	}
-	if len(send) > 0 && failed == len(send) {
+	// Every write of the batch failed, none with an error of its own:
+	// the target is unreachable, say. Stop.
+	targetDown := len(send) > 0 && failed == len(send) && docErrs == 0
+	r.judge(entries)
+	if err := r.mark(ctx, entries); err != nil {
+		return err
+	}
+	st.marked = true
+	clear(st.keep)
+	if targetDown {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if writeErr == nil {
-			writeErr = errors.New(send[0].reason)
+			for _, e := range send {
+				if e.out == outFailed {
+					writeErr = errors.New(e.reason)
+					break
+				}
+			}
 		}
 		return fmt.Errorf("replay: every write of batch %d failed; stopping: %w", r.res.Batches, writeErr)
 	}
 	return nil
 }
 
-// mark records the batch's outcomes in the DLQ with one unordered bulk
-// write of (at most) three updateMany statements, then records each
-// envelope as done by this run (see recordDone) and counts those this
-// runner recorded first. Every envelope of the batch gets replay_run and
-// replay_tried_at, so that no runner of this run tries it again.
-func (r *runner) mark(ctx context.Context, entries []*entry) error {
-	now := r.cfg.now().UTC().Truncate(time.Millisecond)
-	var replayed, invalid, other bson.A
+// judge sets, for each entry, whether its outcome is a failed replay of
+// the envelope (rejected again, a conflict, a write error of the target
+// for it; not an error of the whole command, a network error say, which
+// says nothing of the envelope) and whether that failure reaches the
+// quarantine limit.
+func (r *runner) judge(entries []*entry) {
 	for _, e := range entries {
 		switch e.out {
-		case outReplayed, outReplayedDup:
-			replayed = append(replayed, e.env.ID)
-		case outInvalid:
-			invalid = append(invalid, e.env.ID)
-		default:
-			other = append(other, e.env.ID)
+		case outInvalid, outInvalidByTarget, outConflict:
+			e.failed = true
+		case outFailed:
+			e.failed = e.docErr
+		}
+		if e.failed && r.cfg.quarantineAfter > 0 && e.env.ReplayFailures+1 >= r.cfg.quarantineAfter {
+			e.quarantine = true
 		}
 	}
-	if err := r.writeMarks(ctx, now, replayed, invalid, other); err != nil {
+}
+
+// mark records the batch's outcomes in the DLQ with one unordered bulk
+// write of updateMany statements (one per distinct update), then records
+// each envelope as done by this run (see recordDone) and counts those
+// this runner recorded first. Every envelope of the batch gets
+// replay_run and replay_tried_at, so that no runner of this run tries it
+// again.
+func (r *runner) mark(ctx context.Context, entries []*entry) error {
+	now := r.cfg.now().UTC().Truncate(time.Millisecond)
+	if err := r.writeMarks(ctx, now, entries); err != nil {
 		return fmt.Errorf("replay: recording the outcomes of a batch in the dead-letter collection "+
 			"(the documents written stay pending and will be recognised by _id on the next run): %w", err)
 	}
@@ -569,9 +751,19 @@ func (r *runner) count(e *entry, c *Counts) {
 	case outSkipped:
 		c.Skipped++
 		r.problem(e, "skipped")
+	case outRefused:
+		c.Refused++
+		r.problem(e, "refused")
+	case outHeld:
+		c.Held++
+		r.problem(e, "held")
 	default:
 		c.Failed++
 		r.problem(e, "failed")
+	}
+	if e.quarantine {
+		c.Quarantined++
+		r.problem(e, "quarantined")
 	}
 }
 
@@ -619,30 +811,43 @@ func (r *runner) recordDone(ctx context.Context, entries []*entry, now time.Time
 	return out, nil
 }
 
-// writeMarks sends the outcome updates: replayed envelopes get status
-// replayed and replayed_at; those rejected again attempts + 1, last_seen
-// and status pending; every one replay_run and replay_tried_at. The write
-// is sent again on a retryable error (see retryable): attempts then counts
-// the rejections "at least", as the sink's does.
-func (r *runner) writeMarks(ctx context.Context, now time.Time, replayed, invalid, other bson.A) error {
-	tried := bson.D{{Key: "replay_run", Value: r.cfg.run}, {Key: "replay_tried_at", Value: now}}
-	in := func(ids bson.A) bson.D { return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}} }
-	var models []mongo.WriteModel
-	if len(replayed) > 0 {
-		set := append(bson.D{{Key: "status", Value: envelope.StatusReplayed}, {Key: "replayed_at", Value: now}}, tried...)
-		models = append(models, mongo.NewUpdateManyModel().SetFilter(in(replayed)).
-			SetUpdate(bson.D{{Key: "$set", Value: set}}))
+// writeMarks sends the outcome updates, one updateMany per distinct
+// update (see markUpdate). The write is sent again on a retryable error
+// (see retryable): attempts then counts the rejections "at least", as
+// the sink's does; replay_failures is set, not incremented, so it stays
+// exact.
+func (r *runner) writeMarks(ctx context.Context, now time.Time, entries []*entry) error {
+	type group struct {
+		update bson.D
+		guard  bool
+		ids    bson.A
 	}
-	if len(invalid) > 0 {
-		set := append(bson.D{{Key: "last_seen", Value: now}, {Key: "status", Value: envelope.StatusPending}}, tried...)
-		models = append(models, mongo.NewUpdateManyModel().SetFilter(in(invalid)).SetUpdate(bson.D{
-			{Key: "$inc", Value: bson.D{{Key: "attempts", Value: int32(1)}}},
-			{Key: "$set", Value: set},
-		}))
+	var order []string
+	groups := map[string]*group{}
+	for _, e := range entries {
+		upd := r.markUpdate(e, now)
+		// An envelope discarded meanwhile stays discarded (see Discard).
+		guard := e.env.Status != envelope.StatusDiscarded
+		b, err := bson.Marshal(bson.D{{Key: "u", Value: upd}, {Key: "g", Value: guard}})
+		if err != nil {
+			return err
+		}
+		g := groups[string(b)]
+		if g == nil {
+			g = &group{update: upd, guard: guard}
+			groups[string(b)] = g
+			order = append(order, string(b))
+		}
+		g.ids = append(g.ids, e.env.ID)
 	}
-	if len(other) > 0 {
-		models = append(models, mongo.NewUpdateManyModel().SetFilter(in(other)).
-			SetUpdate(bson.D{{Key: "$set", Value: tried}}))
+	models := make([]mongo.WriteModel, 0, len(order))
+	for _, k := range order {
+		g := groups[k]
+		filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: g.ids}}}}
+		if g.guard {
+			filter = append(filter, bson.E{Key: "status", Value: bson.D{{Key: "$ne", Value: envelope.StatusDiscarded}}})
+		}
+		models = append(models, mongo.NewUpdateManyModel().SetFilter(filter).SetUpdate(g.update))
 	}
 	if len(models) == 0 {
 		return nil
@@ -651,4 +856,120 @@ func (r *runner) writeMarks(ctx context.Context, now time.Time, replayed, invali
 		_, err := r.dlq.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 		return err
 	})
+}
+
+// markUpdate returns the update recording e's outcome: replayed
+// envelopes get status replayed and replayed_at, and lose replay_reason
+// and replay_hold; those rejected again attempts + 1, last_seen and
+// status pending; every failed replay replay_failures + 1 (and status
+// quarantined at the limit); every envelope not written a replay_reason;
+// held ones replay_hold; every one replay_run and replay_tried_at.
+func (r *runner) markUpdate(e *entry, now time.Time) bson.D {
+	set := bson.D{{Key: "replay_run", Value: r.cfg.run}, {Key: "replay_tried_at", Value: now}}
+	var upd bson.D
+	switch e.out {
+	case outReplayed, outReplayedDup:
+		set = append(set, bson.E{Key: "status", Value: envelope.StatusReplayed}, bson.E{Key: "replayed_at", Value: now})
+		return bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: bson.D{
+			{Key: envelope.FieldReplayReason, Value: ""}, {Key: envelope.FieldReplayHold, Value: ""}}}}
+	case outInvalid:
+		set = append(set, bson.E{Key: "last_seen", Value: now}, bson.E{Key: "status", Value: envelope.StatusPending})
+		upd = append(upd, bson.E{Key: "$inc", Value: bson.D{{Key: "attempts", Value: int32(1)}}})
+	case outHeld:
+		set = append(set, bson.E{Key: envelope.FieldReplayHold, Value: e.reason})
+	}
+	reason := e.out.String()
+	if e.code != 0 {
+		reason += fmt.Sprintf(": %d %s", e.code, e.codeName)
+	} else if e.out != outInvalid && e.out != outInvalidByTarget && e.out != outConflict && e.out != outFailed {
+		reason += ": " + e.reason
+	}
+	if e.failed {
+		n := e.env.ReplayFailures + 1
+		set = append(set, bson.E{Key: envelope.FieldReplayFailures, Value: int32(n)})
+		if e.quarantine {
+			set = setStatus(set, envelope.StatusQuarantined)
+			reason = fmt.Sprintf("quarantined after %d failed replays (limit %d); last: %s", n, r.cfg.quarantineAfter, reason)
+		}
+	}
+	set = append(set, bson.E{Key: envelope.FieldReplayReason, Value: strings.TrimSpace(reason)})
+	upd = append(upd, bson.E{Key: "$set", Value: set})
+	if e.out != outHeld {
+		upd = append(upd, bson.E{Key: "$unset", Value: bson.D{{Key: envelope.FieldReplayHold, Value: ""}}})
+	}
+	return upd
+}
+
+// setStatus sets (or replaces) status in a $set document.
+func setStatus(set bson.D, status string) bson.D {
+	for i := range set {
+		if set[i].Key == "status" {
+			set[i].Value = status
+			return set
+		}
+	}
+	return append(set, bson.E{Key: "status", Value: status})
+}
+
+// send writes one group of entries of equal call options with one
+// unordered BulkWrite (each envelope is one write of its own: see
+// envelope.CallOptions) and classifies each entry's outcome; *writeErr
+// keeps the last whole error.
+func (r *runner) send(ctx context.Context, group []*entry, writeErr *error) {
+	models := make([]mongo.WriteModel, len(group))
+	for i, e := range group {
+		models[i] = e.model
+	}
+	opts, _, err := envelope.ParseCallOptions(bson.Raw(group[0].call))
+	if err != nil {
+		for _, e := range group {
+			e.out, e.reason = outSkipped, "call options not replayable: "+err.Error()
+		}
+		return
+	}
+	if opts == nil {
+		opts = options.BulkWrite()
+	}
+	_, err = r.target.BulkWrite(ctx, models, opts.SetOrdered(false))
+	if err != nil {
+		*writeErr = err
+	}
+	classify(group, err)
+	resolveDuplicates(ctx, r.target, group)
+}
+
+// byCallOptions splits entries into groups of equal call options, in
+// order of first appearance.
+func byCallOptions(entries []*entry) [][]*entry {
+	var groups [][]*entry
+	at := map[string]int{}
+	for _, e := range entries {
+		i, ok := at[e.call]
+		if !ok {
+			i = len(groups)
+			at[e.call] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], e)
+	}
+	return groups
+}
+
+// supplyWithheld asks the caller's function for the complete original of
+// an envelope with withheld fields and checks that it holds them all. It
+// returns a copy of env carrying it, or why the envelope is skipped.
+func supplyWithheld(ctx context.Context, f WithheldFunc, env *envelope.Envelope) (*envelope.Envelope, string) {
+	doc, err := f(ctx, *env)
+	if err != nil {
+		return nil, "withheld fields not supplied: " + err.Error()
+	}
+	if err := doc.Validate(); err != nil {
+		return nil, "supplied original is not valid BSON: " + err.Error()
+	}
+	if err := envelope.MissingWithheld(env, doc); err != nil {
+		return nil, err.Error()
+	}
+	out := *env
+	out.Original, out.Withheld = doc, nil
+	return &out, ""
 }

@@ -36,6 +36,8 @@ guarded collection, and shows what writeguard did with each row:
     emulates the validator and injects a seeded schedule of faults:
     stepdowns (189, 10107), replies dropped after the write was applied,
     and write conflicts (112). writeguard retries them with backoff.
+    With --sharded the proxy presents the server as a mongos with two
+    shards and also fails a shard after it applied part of a batch.
 
 It ends with the accounting check: every row has exactly one disposition,
 is where that disposition says, and no document is stored twice.
@@ -61,6 +63,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", demo.DefaultMaxAttempts, "writeguard's attempts per document, the first included (1: no retries, so injected faults stay unresolved and the check fails)")
 	fs.StringVar(&cfg.Database, "db", demo.DefaultDatabase, "`database` of the target (orders) and dead-letter (dead_letters) collections")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of the tables")
+	fs.BoolVar(&cfg.Sharded, "sharded", false, "present the embedded server as a mongos with two shards (maxWriteBatchSize 100; shard failures after partial application among the faults)")
 	addTelemetryFlags(fs, &tf, true)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), demoUsage)
@@ -80,6 +83,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "demo", "-workers %d: want 1..64", cfg.Workers)
 	case cfg.Limit < 0:
 		return usageError(stderr, "demo", "-limit %d: want ≥ 0", cfg.Limit)
+	case cfg.URI != "" && cfg.Sharded:
+		return usageError(stderr, "demo", "-sharded applies to the embedded server only; drop it or -uri")
 	case cfg.URI != "" && cfg.DataDir != "":
 		return usageError(stderr, "demo", "-data-dir applies to the embedded server only; drop it or -uri")
 	case cfg.Database == "":
@@ -96,7 +101,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer func() {
 		if err := tel.Close(); err != nil {
-			fmt.Fprintf(stderr, "writeguard demo: telemetry: %v\n", err)
+			fmt.Fprintf(stderr, "writeguard demo: telemetry: %s\n", scrubbed(err.Error()))
 		}
 	}()
 	printed := false
@@ -122,16 +127,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			obs, err := otelhook.ObserveDLQ(context.WithoutCancel(ctx), dlq,
 				otelhook.WithMeterProvider(tel.MeterProvider), otelhook.WithPollInterval(time.Second))
 			if err != nil {
-				fmt.Fprintf(stderr, "writeguard demo: dead-letter gauges: %v\n", err)
+				fmt.Fprintf(stderr, "writeguard demo: dead-letter gauges: %s\n", scrubbed(err.Error()))
 			}
 			if tf.linger > 0 {
 				if err := report(res); err != nil {
-					fmt.Fprintf(stderr, "writeguard demo: %v\n", err)
+					fmt.Fprintf(stderr, "writeguard demo: %s\n", scrubbed(err.Error()))
 				}
 			}
 			tel.Linger(ctx)
 			if err := tel.Flush(context.WithoutCancel(ctx)); err != nil {
-				fmt.Fprintf(stderr, "writeguard demo: telemetry: %v\n", err)
+				fmt.Fprintf(stderr, "writeguard demo: telemetry: %s\n", scrubbed(err.Error()))
 			}
 			if obs != nil {
 				_ = obs.Stop()
@@ -141,7 +146,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	res, err := demo.Run(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
-			fmt.Fprintf(stderr, "writeguard demo: interrupted before the writes started (%v)\n", err)
+			fmt.Fprintf(stderr, "writeguard demo: interrupted before the writes started (%s)\n", scrubbed(err.Error()))
 			return exitFail
 		}
 		return failure(stderr, "demo", err)
@@ -192,6 +197,14 @@ func printDemo(w io.Writer, r *demo.Result, cfg demo.Config, trace string) {
 		server += fmt.Sprintf("faults injected (seed %d)", r.Seed)
 	} else {
 		server += "no faults"
+	}
+	if r.Sharded {
+		server = fmt.Sprintf("embedded FerretDB (SQLite) behind faultproxy as a mongos (2 shards, maxWriteBatchSize %d): validator emulated, ", demo.ShardedLimits.MaxWriteBatchSize)
+		if r.FaultsActive {
+			server += fmt.Sprintf("faults injected, shard failures included (seed %d)", r.Seed)
+		} else {
+			server += "no faults"
+		}
 	}
 	if r.Server != "embedded-ferretdb" {
 		server = "MongoDB at --uri: real $jsonSchema validator, no injected faults"
@@ -268,6 +281,9 @@ func printAmplification(w io.Writer, r *demo.Result) {
 	}
 	if r.BudgetExhausted > 0 {
 		fmt.Fprintf(tw, "  retry budget refused\t%s retries\n", n(r.BudgetExhausted))
+	}
+	if len(r.ChildBatches) > 0 {
+		fmt.Fprintf(tw, "  child batches (mongos)\t%s\n", kv(r.ChildBatches))
 	}
 	tw.Flush()
 

@@ -22,6 +22,7 @@ import (
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/jsonschema"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
+	"github.com/writeguard/writeguard/replay"
 )
 
 const dlqUsage = `Usage: writeguard dlq <stats|list|show|replay|discard|watch> [flags]
@@ -148,6 +149,11 @@ type dlqFlags struct {
 	workers     int
 	lease       time.Duration
 	all         bool
+	// replay: what it may write, quarantine
+	into, allow                     listFlag
+	allowMulti                      bool
+	quarantineAfter                 int
+	includeQuarantined, includeHeld bool
 
 	// telemetry: --metrics-addr, --otlp-endpoint, --linger
 	tel telemetryFlags
@@ -180,7 +186,25 @@ collection that retries transient errors. Written envelopes become
 "replayed"; those rejected again stay pending with one more attempt;
 duplicates of a document already written by an earlier (or interrupted)
 replay count as replayed. Running it again is safe: it resumes where an
-interrupted run stopped and never writes a document twice.
+interrupted run stopped and never writes an inserted document twice.
+
+Anyone who can write the dead-letter collection can forge an envelope:
+its namespace and its original decide where the replay writes and what
+it runs, with your rights. So the replay writes only into the namespaces
+you name with --into db.collection (repeatable; required with --uri; with
+--data-dir the demo's collection), never into admin, local, config, a
+system.* collection or the dead-letter collection and its side
+collections; it runs inserts only unless --allow update,replace,delete
+says otherwise, and updateMany, deleteMany and filters without an _id
+condition only with --allow-multi. Each envelope refused stays pending
+with the reason recorded (list --json, show) and is counted; exit 3.
+
+An update, replace or delete whose replay was in flight when its replay
+died (killed, lost connection) may or may not have been applied: the
+next replay holds it (pending, replay_hold) instead of running it again;
+check the target, then discard it or replay it with --include-held.
+An envelope whose replay failed --quarantine-after times (default 5)
+becomes "quarantined" and is skipped; --include-quarantined retries it.
 
 With --data-dir there is no validator (the demo's validator lived in its
 proxy): give --validator FILE (Extended JSON, e.g. {"$jsonSchema": {...}})
@@ -192,8 +216,10 @@ before it starts.
 
 --workers N replays with N workers at once; each claims its batches with
 a lease in the collection <dlq>_leases, so several workers, or several
-"dlq replay" processes, drain one backlog without replaying an envelope
-twice. Envelopes claimed by a worker that dies wait --lease for another.
+"dlq replay" processes started independently, drain one backlog without
+replaying an envelope twice, and each ends: an envelope is tried at most
+once by each run. Envelopes claimed by a worker that dies wait --lease
+for another.
 
 --dry-run writes nothing and says how many envelopes would pass the
 validator (the target's, or --validator FILE's).
@@ -203,6 +229,11 @@ validator (the target's, or --validator FILE's).
 Marks the pending envelopes the filters select "discarded": they are kept
 for inspection but never replayed (a recapture of the same payload makes
 one pending again). At least one filter, or --all, is required.
+
+An envelope a running replay holds is not discarded: the replay writes it
+or records why not. The command says how many it left and exits 1; run it
+again once the replay has ended. (--status quarantined discards
+quarantined envelopes.)
 `,
 }
 
@@ -245,7 +276,7 @@ func runDLQCommand(ctx context.Context, cmd string, args []string, stdout, stder
 	defer func() {
 		finish()
 		if err := tel.Close(); err != nil {
-			fmt.Fprintf(stderr, "writeguard %s: telemetry: %v\n", name, err)
+			fmt.Fprintf(stderr, "writeguard %s: telemetry: %s\n", name, scrubbed(err.Error()))
 		}
 	}()
 	switch cmd {
@@ -276,7 +307,7 @@ func dlqFlagSet(cmd string, f *dlqFlags) *flag.FlagSet {
 		fs.Var(&f.paths, "path", "select envelopes failing on this dotted `path` (Quantity, address.zip); repeatable")
 		fs.Var(&f.codes, "code", "select envelopes by server error `code` (121); repeatable")
 		fs.Var(&f.namespaces, "namespace", "select envelopes of this target `db.collection`; repeatable")
-		fs.Var(&f.statuses, "status", "select envelopes by `status`: pending, replayed, discarded; repeatable")
+		fs.Var(&f.statuses, "status", "select envelopes by `status`: pending, replayed, discarded, quarantined; repeatable")
 		fs.Var(ageFlag{&f.olderThan}, "older-than", "select envelopes first seen more than `AGE` ago: days (3d) or a Go duration (90m, 36h, 1h30m)")
 		fs.Var(ageFlag{&f.newerThan}, "newer-than", "select envelopes first seen at most `AGE` ago: days (3d) or a Go duration (90m, 36h)")
 	}
@@ -346,15 +377,15 @@ func checkDLQArgs(cmd string, pos []string, f dlqFlags) (envelope.Filter, bson.D
 	return filter, v, ""
 }
 
-// checkStatuses: replay and discard act on pending envelopes (replay also
-// on replayed ones, to check them again).
+// checkStatuses: replay and discard act on pending and quarantined
+// envelopes (replay also on replayed ones, to check them again).
 func checkStatuses(cmd string, statuses []string) string {
 	if cmd != "replay" && cmd != "discard" {
 		return ""
 	}
 	for _, s := range statuses {
-		if s != envelope.StatusPending && !(cmd == "replay" && s == envelope.StatusReplayed) {
-			return fmt.Sprintf("-status %s: %s acts on pending envelopes only", s, cmd)
+		if s != envelope.StatusPending && s != envelope.StatusQuarantined && !(cmd == "replay" && s == envelope.StatusReplayed) {
+			return fmt.Sprintf("-status %s: %s acts on pending and quarantined envelopes only", s, cmd)
 		}
 	}
 	return ""
@@ -406,6 +437,8 @@ func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter
 			"envelopes":    s.Envelopes,
 			"attempts":     s.Attempts,
 			"pending":      s.Pending,
+			"quarantined":  s.Quarantined,
+			"held":         s.Held,
 			"by_status":    groupMap(s.ByStatus),
 			"by_keyword":   groupMap(s.ByKeyword),
 			"by_path":      groupMap(s.ByPath),
@@ -424,6 +457,9 @@ func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter
 	fmt.Fprintf(stdout, "%s.%s: %s (%s), %s pending", f.db, f.coll, plural(s.Envelopes, "envelope"), plural(s.Attempts, "capture"), n(s.Pending))
 	if !s.OldestPending.IsZero() {
 		fmt.Fprintf(stdout, ", oldest pending first seen %s ago", s.OldestPendingAge.Round(time.Second))
+	}
+	if s.Quarantined > 0 || s.Held > 0 {
+		fmt.Fprintf(stdout, "; %s quarantined, %s held for an operator", n(s.Quarantined), n(s.Held))
 	}
 	fmt.Fprintln(stdout)
 	width := 12
@@ -499,11 +535,16 @@ type listed struct {
 	Attempts        int       `json:"attempts"`
 	FirstSeen       time.Time `json:"first_seen"`
 	LastSeen        time.Time `json:"last_seen"`
+	// ReplayFailures, ReplayReason and ReplayHold are what replay
+	// recorded (envelope.FieldReplayFailures, ...).
+	ReplayFailures int    `json:"replay_failures,omitempty"`
+	ReplayReason   string `json:"replay_reason,omitempty"`
+	ReplayHold     string `json:"replay_hold,omitempty"`
 }
 
 func toListed(raw bson.Raw) (listed, error) {
-	var e envelope.Envelope
-	if err := bson.Unmarshal(raw, &e); err != nil {
+	e, err := envelope.Decode(raw)
+	if err != nil {
 		return listed{}, err
 	}
 	return listed{
@@ -511,7 +552,16 @@ func toListed(raw bson.Raw) (listed, error) {
 		Status: e.Status, Code: e.Code, CodeName: e.CodeName, FailingKeywords: e.FailingKeywords,
 		FailingPaths: e.FailingPaths, Namespace: e.Namespace, Attempts: e.Attempts,
 		FirstSeen: e.FirstSeen, LastSeen: e.LastSeen,
+		ReplayFailures: int(rawInt(raw.Lookup(envelope.FieldReplayFailures))),
+		ReplayReason:   rawString(raw.Lookup(envelope.FieldReplayReason)),
+		ReplayHold:     rawString(raw.Lookup(envelope.FieldReplayHold)),
 	}, nil
+}
+
+// rawInt returns an integer BSON value, 0 for anything else.
+func rawInt(v bson.RawValue) int64 {
+	n, _ := v.AsInt64OK()
+	return n
 }
 
 // rawString renders a BSON value compactly: strings bare, ObjectIDs as
@@ -535,7 +585,8 @@ func dlqList(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter,
 		return usageError(stderr, "dlq list", "%v", err)
 	}
 	fo := options.Find().SetSort(bson.D{{Key: "last_seen", Value: -1}, {Key: "_id", Value: -1}}).
-		SetProjection(bson.D{{Key: "original", Value: 0}, {Key: "err_info", Value: 0}})
+		SetProjection(bson.D{{Key: "original", Value: 0}, {Key: "err_info", Value: 0},
+			{Key: "original_raw", Value: 0}, {Key: "err_info_raw", Value: 0}})
 	if f.limit > 0 {
 		fo.SetLimit(int64(f.limit))
 	}
@@ -597,9 +648,17 @@ type shown struct {
 	DiscardedAt *time.Time `json:"discarded_at,omitempty"`
 	TraceID     string     `json:"trace_id,omitempty"`
 	SpanID      string     `json:"span_id,omitempty"`
-	// Original and ErrInfo are relaxed Extended JSON.
+	// Original and ErrInfo are relaxed Extended JSON, whether stored as
+	// sub-documents or as exact bytes (Binary says which).
 	Original json.RawMessage `json:"original,omitempty"`
 	ErrInfo  json.RawMessage `json:"err_info,omitempty"`
+	// Format 2: the write's kind, what is stored as binary, withheld or
+	// cut.
+	Kind         string                   `json:"kind,omitempty"`
+	Binary       []envelope.BinaryField   `json:"binary,omitempty"`
+	Withheld     []envelope.WithheldField `json:"withheld,omitempty"`
+	WithheldNote string                   `json:"withheld_note,omitempty"`
+	Cut          []envelope.CutField      `json:"cut,omitempty"`
 }
 
 func toShown(raw bson.Raw) (shown, error) {
@@ -607,11 +666,12 @@ func toShown(raw bson.Raw) (shown, error) {
 	if err != nil {
 		return shown{}, err
 	}
-	var e envelope.Envelope
-	if err := bson.Unmarshal(raw, &e); err != nil {
+	e, err := envelope.Decode(raw)
+	if err != nil {
 		return shown{}, err
 	}
-	out := shown{listed: l, ErrMsg: e.ErrMsg, TraceID: e.TraceID, SpanID: e.SpanID}
+	out := shown{listed: l, ErrMsg: e.ErrMsg, TraceID: e.TraceID, SpanID: e.SpanID,
+		Kind: e.Kind, Binary: e.Binary, Withheld: e.Withheld, WithheldNote: e.WithheldNote, Cut: e.Cut}
 	if !e.ReplayedAt.IsZero() {
 		out.ReplayedAt = &e.ReplayedAt
 	}
@@ -620,9 +680,10 @@ func toShown(raw bson.Raw) (shown, error) {
 	}
 	for _, x := range []struct {
 		key string
+		doc bson.Raw
 		dst *json.RawMessage
-	}{{"original", &out.Original}, {"err_info", &out.ErrInfo}} {
-		if doc, ok := raw.Lookup(x.key).DocumentOK(); ok {
+	}{{"original", e.Original, &out.Original}, {"err_info", e.ErrInfo, &out.ErrInfo}} {
+		if doc := x.doc; len(doc) > 0 {
 			js, err := bson.MarshalExtJSON(doc, false, false)
 			if err != nil {
 				return shown{}, fmt.Errorf("%s: %w", x.key, err)
@@ -718,19 +779,38 @@ func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, 
 	fmt.Fprintf(tw, "attempts\t%d\n", l.Attempts)
 	fmt.Fprintf(tw, "first seen\t%s\n", l.FirstSeen.UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(tw, "last seen\t%s\n", l.LastSeen.UTC().Format(time.RFC3339Nano))
-	for _, k := range []string{"replayed_at", "discarded_at", "trace_id"} {
+	for _, k := range []string{"replayed_at", "discarded_at", envelope.FieldReplayFailures, envelope.FieldReplayReason, envelope.FieldReplayHold, "trace_id"} {
 		if v, err := raw.LookupErr(k); err == nil {
 			fmt.Fprintf(tw, "%s\t%s\n", strings.ReplaceAll(k, "_", " "), rawString(v))
 		}
 	}
-	tw.Flush()
-	for _, k := range []string{"original", "err_info"} {
-		v, err := raw.LookupErr(k)
-		if err != nil {
-			continue
+	e, err := envelope.Decode(raw)
+	if err != nil {
+		return failure(stderr, "dlq show", err)
+	}
+	for _, b := range e.Binary {
+		fmt.Fprintf(tw, "stored as bytes\t%s (%s)\n", b.Field, b.Reason)
+	}
+	for _, w := range e.Withheld {
+		fmt.Fprintf(tw, "withheld\t%s (%s)\n", w.Path, w.Reason)
+	}
+	if e.WithheldNote != "" {
+		fmt.Fprintf(tw, "withheld note\t%s\n", e.WithheldNote)
+	}
+	for _, c := range e.Cut {
+		fmt.Fprintf(tw, "cut\t%s (%d bytes", c.Field, c.Size)
+		if c.Total > 0 {
+			fmt.Fprintf(tw, ", kept %d of %d", c.Kept, c.Total)
 		}
-		doc, ok := v.DocumentOK()
-		if !ok {
+		fmt.Fprintln(tw, ")")
+	}
+	tw.Flush()
+	for _, x := range []struct {
+		k   string
+		doc bson.Raw
+	}{{"original", e.Original}, {"err_info", e.ErrInfo}} {
+		k, doc := x.k, x.doc
+		if len(doc) == 0 {
 			continue
 		}
 		js, err := bson.MarshalExtJSONIndent(doc, false, false, "  ", "  ")
@@ -746,14 +826,22 @@ func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, 
 
 func dlqDiscard(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, stdout, stderr io.Writer) int {
 	filter = filter.WithDefaultStatus(envelope.StatusPending)
-	var count int64
+	var count, busy int64
 	var err error
 	if f.dryRun {
 		var s envelope.Summary
 		s, err = envelope.Stats(ctx, dlq, filter)
 		count = s.Pending
 	} else {
-		count, err = envelope.Discard(ctx, dlq, filter)
+		// Through replay's leases: an envelope a running replay holds is
+		// not discarded, and the replay does not write one discarded.
+		var d replay.DiscardResult
+		d, err = replay.Discard(ctx, dlq, filter)
+		count, busy = d.Discarded, d.Busy
+		if err == nil && busy > 0 {
+			defer fmt.Fprintf(stderr, "writeguard dlq discard: %s not discarded: a running replay holds them "+
+				"(it writes them or records why not); run discard again when it has ended\n", plural(busy, "envelope"))
+		}
 	}
 	if err != nil {
 		return failure(stderr, "dlq discard", err)
@@ -763,15 +851,23 @@ func dlqDiscard(ctx context.Context, dlq *mongo.Collection, filter envelope.Filt
 		return failure(stderr, "dlq discard", err)
 	}
 	if f.asJSON {
-		if err := writeJSON(stdout, map[string]any{"dry_run": f.dryRun, "discarded": count, "pending": left.Pending}); err != nil {
+		if err := writeJSON(stdout, map[string]any{"dry_run": f.dryRun, "discarded": count, "busy": busy, "pending": left.Pending}); err != nil {
 			return failure(stderr, "dlq discard", err)
 		}
-		return exitOK
+		return discardExit(busy)
 	}
 	if f.dryRun {
 		fmt.Fprintf(stdout, "would discard %s (%s pending in %s.%s)\n", plural(count, "envelope"), n(left.Pending), f.db, f.coll)
 	} else {
 		fmt.Fprintf(stdout, "discarded %s; %s pending left in %s.%s\n", plural(count, "envelope"), n(left.Pending), f.db, f.coll)
+	}
+	return discardExit(busy)
+}
+
+// discardExit is 1 when a running replay held some of the envelopes.
+func discardExit(busy int64) int {
+	if busy > 0 {
+		return exitFail
 	}
 	return exitOK
 }

@@ -21,10 +21,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard/cmd/writeguard/internal/redact"
 )
 
 // Exit statuses scripts can rely on.
@@ -116,6 +119,9 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) ([]st
 			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", fs.Name())
 			return nil, exitUsage, true
 		}
+		if f := fs.Lookup("uri"); f != nil && f.Value.String() != "" {
+			scrub.AddURI(f.Value.String())
+		}
 		rest := fs.Args()
 		if len(rest) == 0 || rest[0] == "--" {
 			if len(rest) > 0 {
@@ -123,7 +129,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) ([]st
 			}
 			if f := fs.Lookup("uri"); f != nil && f.Value.String() != "" {
 				if err := checkURI(f.Value.String()); err != nil {
-					fmt.Fprintf(stderr, "%s: -uri: %v\nRun '%s --help' for usage.\n", fs.Name(), err, fs.Name())
+					fmt.Fprintf(stderr, "%s: -uri: %s\nRun '%s --help' for usage.\n", fs.Name(), scrubbed(err.Error()), fs.Name())
 					return nil, exitUsage, true
 				}
 			}
@@ -149,22 +155,42 @@ func checkURI(uri string) error {
 		}
 		return nil
 	case !strings.HasPrefix(uri, std):
-		return fmt.Errorf("%q is not a MongoDB connection string; want %shost[:port][,host...][/?options] or %shost", uri, std, srv)
+		return fmt.Errorf("%q is not a MongoDB connection string; want %shost[:port][,host...][/?options] or %shost", redact.URI(uri), std, srv)
 	}
 	if err := options.Client().ApplyURI(uri).Validate(); err != nil {
-		return fmt.Errorf("%q: %v", uri, err)
+		var sc redact.Scrubber
+		sc.AddURI(uri)
+		return fmt.Errorf("%q: %v", redact.URI(uri), sc.String(err.Error()))
 	}
 	return nil
 }
 
+// scrub knows the secrets of every -uri the command was given (parseFlags
+// adds them): the messages the command prints about errors go through it
+// (usageError, failure, scrubbed), so that neither a password nor a
+// secret URI option (tlsCertificateKeyFilePassword,
+// authMechanismProperties, ...) is printed, even when a driver error
+// quotes them; a URI in them is printed redacted (redact.URI).
+var scrub redact.Scrubber
+
+// dupKeyRE finds the values of a duplicate key error's message ("dup key:
+// { email: \"a@b.c\" }"): the values of a unique key are users' data.
+var dupKeyRE = regexp.MustCompile(`dup key: \{.*?\}( |$|\))`)
+
+// scrubbed returns a message fit to print: the secrets of the URIs given
+// scrubbed, and the values of a duplicate key error left out.
+func scrubbed(msg string) string {
+	return dupKeyRE.ReplaceAllString(scrub.String(msg), "dup key: { ... }$1")
+}
+
 // usageError prints a usage error naming what was wrong and returns 2.
 func usageError(stderr io.Writer, cmd, format string, args ...any) int {
-	fmt.Fprintf(stderr, "writeguard %s: %s\nRun 'writeguard %s --help' for usage.\n", cmd, fmt.Sprintf(format, args...), cmd)
+	fmt.Fprintf(stderr, "writeguard %s: %s\nRun 'writeguard %s --help' for usage.\n", cmd, scrubbed(fmt.Sprintf(format, args...)), cmd)
 	return exitUsage
 }
 
 // failure prints an operational error and returns 1.
 func failure(stderr io.Writer, cmd string, err error) int {
-	fmt.Fprintf(stderr, "writeguard %s: %v\n", cmd, err)
+	fmt.Fprintf(stderr, "writeguard %s: %s\n", cmd, scrubbed(fmt.Sprint(err)))
 	return exitFail
 }

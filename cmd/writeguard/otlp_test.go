@@ -294,7 +294,7 @@ func TestDLQReplayOTLP(t *testing.T) {
 			t.Errorf("writeguard.dlq.pending{%s} = %d after the replay, want 0", k, n)
 		}
 	}
-	want := map[string]int64{"replayed": int64(replayed), "still_invalid": 0, "conflict": 0, "failed": 0, "skipped": 0}
+	want := map[string]int64{"replayed": int64(replayed), "still_invalid": 0, "conflict": 0, "failed": 0, "skipped": 0, "refused": 0, "held": 0}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("OTLP writeguard.replay.envelopes %v, want %v", got, want)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/conn"
+	"github.com/writeguard/writeguard/cmd/writeguard/internal/demo"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/progress"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/jsonschema"
@@ -33,6 +35,41 @@ func addReplayFlags(fs *flag.FlagSet, f *dlqFlags) {
 	fs.BoolVar(&f.noValidator, "no-validator", false, "replay with no validation at all (required when no validator would apply: --data-dir without --validator, or a collection without one)")
 	fs.IntVar(&f.workers, "workers", 1, fmt.Sprintf("run `N` replay workers in parallel (1..%d); each claims its batches with a lease", replay.MaxWorkers))
 	fs.DurationVar(&f.lease, "lease", replay.DefaultLease, "how long a worker holds the envelopes it claimed (`DURATION`); envelopes of a worker that dies wait this long for another")
+	fs.Var(&f.into, "into", "write only into this `db.collection` (repeatable; required with -uri; default with -data-dir: the demo's "+
+		demo.DefaultDatabase+"."+demo.DefaultCollection+"); envelopes of other namespaces are refused")
+	fs.Var(&f.allow, "allow", "also run these `kinds` of write: update, replace, delete (repeatable or comma-separated; inserts always)")
+	fs.BoolVar(&f.allowMulti, "allow-multi", false, "allow updateMany/deleteMany and update, replace or delete filters without an _id condition")
+	fs.IntVar(&f.quarantineAfter, "quarantine-after", replay.DefaultQuarantineAfter, "quarantine an envelope after `N` failed replays (0: never)")
+	fs.BoolVar(&f.includeQuarantined, "include-quarantined", false, "also replay quarantined envelopes (deliberately)")
+	fs.BoolVar(&f.includeHeld, "include-held", false, "also replay envelopes held because their write was in flight when a replay died (they may be applied twice)")
+}
+
+// replayOperations returns the kinds of write -allow names, with inserts.
+func replayOperations(allow []string) (replay.Operations, string) {
+	ops := replay.Inserts
+	for _, a := range allow {
+		switch strings.TrimSuffix(strings.ToLower(a), "s") {
+		case "insert":
+		case "update":
+			ops |= replay.Updates
+		case "replace":
+			ops |= replay.Replaces
+		case "delete":
+			ops |= replay.Deletes
+		default:
+			return 0, fmt.Sprintf("-allow %s: want update, replace or delete", a)
+		}
+	}
+	return ops, ""
+}
+
+// replayInto returns the namespaces replay may write: -into, or with
+// -data-dir the demo's target.
+func replayInto(f dlqFlags) []string {
+	if len(f.into) == 0 && f.dataDir != "" {
+		return []string{demo.DefaultDatabase + "." + demo.DefaultCollection}
+	}
+	return f.into
 }
 
 // checkReplayFlags returns what is wrong with the flags of "dlq replay",
@@ -45,13 +82,28 @@ func checkReplayFlags(f dlqFlags) string {
 		return fmt.Sprintf("-workers %d: want 1..%d", f.workers, replay.MaxWorkers)
 	case f.lease < replay.MinLease:
 		return fmt.Sprintf("-lease %v: want at least %v", f.lease, replay.MinLease)
+	case f.quarantineAfter < 0:
+		return fmt.Sprintf("-quarantine-after %d: want ≥ 0 (0: never)", f.quarantineAfter)
 	case f.validator != "" && f.noValidator:
 		return "-validator and -no-validator are exclusive"
 	case f.validator != "" && f.uri != "":
-		return "-validator applies to -data-dir only; with -uri widen the collection's validator (collMod) and replay"
+		return "-validator applies to -data-dir only; with -uri widen the collection's validator (collMod; at validationLevel " +
+			"validated together with validationLevel strict, as replay.WidenValidator does) and replay"
 	case f.dataDir != "" && f.validator == "" && !f.noValidator && !f.dryRun:
 		return "the embedded server enforces no validator: give -validator FILE to enforce one on the replayed writes, " +
 			"or -no-validator to write every original as it is"
+	}
+	if _, msg := replayOperations(f.allow); msg != "" {
+		return msg
+	}
+	for _, ns := range f.into {
+		if db, coll, ok := strings.Cut(ns, "."); !ok || db == "" || coll == "" {
+			return fmt.Sprintf("-into %s: want db.collection", ns)
+		}
+	}
+	if f.uri != "" && len(f.into) == 0 && !f.dryRun {
+		return "name the namespaces the replay may write with -into db.collection (repeatable): an envelope's namespace " +
+			"is data anyone who can write the dead-letter collection can forge"
 	}
 	return ""
 }
@@ -85,13 +137,19 @@ type replayRun struct {
 	stderr    io.Writer
 	bar       *progress.Bar
 	done      int64
-	tel       *telemetry
-	rec       *otelhook.ReplayRecorder // nil without telemetry
+	// into are the namespaces the replay may write.
+	into []string
+	tel  *telemetry
+	rec  *otelhook.ReplayRecorder // nil without telemetry
 }
 
 func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, validator bson.D, tel *telemetry, stdout, stderr io.Writer) int {
 	// Which namespaces have envelopes to replay?
-	rr := &replayRun{c: c, dlq: dlq, sel: filter.WithDefaultStatus(envelope.StatusPending), f: f, validator: validator, stderr: stderr, tel: tel}
+	sel := filter.WithDefaultStatus(envelope.StatusPending)
+	if f.includeQuarantined && !slices.Contains(sel.Statuses, envelope.StatusQuarantined) {
+		sel.Statuses = append(slices.Clip(sel.Statuses), envelope.StatusQuarantined)
+	}
+	rr := &replayRun{c: c, dlq: dlq, sel: sel, f: f, validator: validator, stderr: stderr, into: replayInto(f), tel: tel}
 	if tel.Enabled() {
 		rec, err := otelhook.NewReplayRecorder(otelhook.WithMeterProvider(tel.MeterProvider))
 		if err != nil {
@@ -137,16 +195,19 @@ func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter 
 	if code := rr.report(stdout, outs, left, lerr, runErr); code != exitOK {
 		return code
 	}
-	return replayExit(outs, stderr)
+	return replayExit(outs, f.quarantineAfter, stderr)
 }
 
 // namespace replays (or dry-runs) the envelopes of one namespace. A
 // non-zero code means stop at once (a usage error was printed).
 func (rr *replayRun) namespace(ctx context.Context, g envelope.Group) (*replayOut, int, error) {
 	db, coll, ok := strings.Cut(g.Key, ".")
-	if !ok {
+	if !ok || db == "" || coll == "" {
 		fmt.Fprintf(rr.stderr, "writeguard dlq replay: skipping %d envelopes with namespace %q (no collection)\n", g.Envelopes, g.Key)
 		return nil, exitOK, nil
+	}
+	if why := replay.RefusedNamespace(g.Key, rr.dlq); why != "" || !slices.Contains(rr.into, g.Key) {
+		return rr.refuse(ctx, g, why)
 	}
 	opts := []writeguard.Option{writeguard.WithBackoff(policy.Backoff{Base: 50 * time.Millisecond, Cap: 2 * time.Second, MaxAttempts: 6})}
 	if rr.f.dataDir != "" {
@@ -173,26 +234,64 @@ func (rr *replayRun) namespace(ctx context.Context, g envelope.Group) (*replayOu
 	}
 	nf := rr.sel
 	nf.Namespaces = []string{g.Key}
+	ops, _ := replayOperations(rr.f.allow)
 	if !rr.f.dryRun {
-		fmt.Fprintf(rr.stderr, "writeguard dlq replay: %s: %d envelopes; validation: %s; %d workers, batches of %d, lease %v\n",
-			g.Key, g.Envelopes, validation, rr.f.workers, rr.f.batch, rr.f.lease)
+		fmt.Fprintf(rr.stderr, "writeguard dlq replay: %s: %d envelopes; validation: %s; writes allowed: %s%s; %d workers, batches of %d, lease %v\n",
+			g.Key, g.Envelopes, validation, ops, map[bool]string{true: " (multi-document too)"}[rr.f.allowMulti], rr.f.workers, rr.f.batch, rr.f.lease)
 	}
+	var res replay.Result
+	if rr.f.dryRun {
+		res, err = dryRun(ctx, rr.dlq, target, nf, rr.validator, rr.options(nf))
+	} else {
+		res, err = replay.Run(ctx, rr.dlq, target, rr.options(nf)...)
+		rr.rec.Record(ctx, rr.dlq, replayCounts(res.Counts))
+	}
+	return &replayOut{Namespace: g.Key, Validation: validation, Result: res}, exitOK, err
+}
+
+// options returns the replay options of a namespace's run, filter nf.
+func (rr *replayRun) options(nf envelope.Filter) []replay.Option {
 	base := rr.done
-	ropts := []replay.Option{replay.WithFilter(nf), replay.WithBatchSize(rr.f.batch), replay.WithProgress(func(p replay.Progress) {
+	ops, _ := replayOperations(rr.f.allow)
+	o := []replay.Option{replay.WithFilter(nf), replay.WithBatchSize(rr.f.batch), replay.WithProgress(func(p replay.Progress) {
 		if rr.bar != nil {
 			rr.bar.Add(int(base + p.Scanned - rr.done))
 			rr.done = base + p.Scanned
 		}
-	})}
-	var res replay.Result
-	if rr.f.dryRun {
-		res, err = dryRun(ctx, rr.dlq, target, nf, rr.validator, ropts)
-	} else {
-		ropts = append(ropts, replay.WithWorkers(rr.f.workers), replay.WithLease(rr.f.lease))
-		res, err = replay.Run(ctx, rr.dlq, target, ropts...)
-		rr.rec.Record(ctx, rr.dlq, replayCounts(res.Counts))
+	}), replay.WithInto(rr.into...), replay.WithOperations(ops), replay.WithQuarantineAfter(rr.f.quarantineAfter)}
+	if rr.f.allowMulti {
+		o = append(o, replay.WithMultiDocument())
 	}
-	return &replayOut{Namespace: g.Key, Validation: validation, Result: res}, exitOK, err
+	if rr.f.includeQuarantined {
+		o = append(o, replay.WithIncludeQuarantined())
+	}
+	if rr.f.includeHeld {
+		o = append(o, replay.WithIncludeHeld())
+	}
+	if !rr.f.dryRun {
+		o = append(o, replay.WithWorkers(rr.f.workers), replay.WithLease(rr.f.lease))
+	}
+	return o
+}
+
+// refuse runs the replay of a namespace it may not write (not named with
+// -into, or always refused): nothing is written; each envelope is
+// counted refused and keeps its reason in the DLQ.
+func (rr *replayRun) refuse(ctx context.Context, g envelope.Group, why string) (*replayOut, int, error) {
+	if why == "" {
+		why = "not named with -into"
+	}
+	if rr.f.dryRun {
+		fmt.Fprintf(rr.stderr, "writeguard dlq replay: %s: %d envelopes not evaluated: %s\n", g.Key, g.Envelopes, why)
+		return nil, exitOK, nil
+	}
+	fmt.Fprintf(rr.stderr, "writeguard dlq replay: %s: %d envelopes refused: %s\n", g.Key, g.Envelopes, why)
+	db, coll, _ := strings.Cut(g.Key, ".")
+	nf := rr.sel
+	nf.Namespaces = []string{g.Key}
+	res, err := replay.Run(ctx, rr.dlq, rr.c.Client.Database(db).Collection(coll), rr.options(nf)...)
+	rr.rec.Record(ctx, rr.dlq, replayCounts(res.Counts))
+	return &replayOut{Namespace: g.Key, Validation: "none: refused (" + why + ")", Result: res}, exitOK, err
 }
 
 // validation says what will check the replayed writes of target; "" when
@@ -206,7 +305,13 @@ func (rr *replayRun) validation(ctx context.Context, target writeguard.Collectio
 	case rr.f.dataDir != "":
 		return "none (dry run: the embedded server has no validator)", nil
 	}
-	v, err := replay.CurrentValidator(ctx, replay.TargetCollection(target))
+	coll := replay.TargetCollection(target)
+	if level, _, lerr := replay.ValidationOptionsOf(ctx, coll); lerr == nil {
+		if advice := replay.WidenAdvice(coll.Name(), level); advice != "" {
+			fmt.Fprintf(rr.stderr, "writeguard dlq replay: note: %s\n", advice)
+		}
+	}
+	v, err := replay.CurrentValidator(ctx, coll)
 	switch {
 	case err != nil:
 		return "", err
@@ -246,18 +351,32 @@ func (rr *replayRun) report(stdout io.Writer, outs []replayOut, left envelope.Su
 }
 
 // replayExit is the exit status of a replay that ran to its end.
-func replayExit(outs []replayOut, stderr io.Writer) int {
-	var still, conflicts, failed int64
+func replayExit(outs []replayOut, quarantineAfter int, stderr io.Writer) int {
+	var still, conflicts, failed, refused, held, quarantined int64
 	for _, o := range outs {
 		still += o.StillInvalid
 		conflicts += o.Conflicts
 		failed += o.Failed
+		refused += o.Refused
+		held += o.Held
+		quarantined += o.Quarantined
+	}
+	if refused > 0 {
+		fmt.Fprintf(stderr, "writeguard dlq replay: %d envelopes refused (left pending, reason recorded): see -into, -allow, -allow-multi\n", refused)
+	}
+	if held > 0 {
+		fmt.Fprintf(stderr, "writeguard dlq replay: %d envelopes held: their write was in flight when a replay died; check the target, "+
+			"then discard them or replay them with -include-held\n", held)
+	}
+	if quarantined > 0 {
+		fmt.Fprintf(stderr, "writeguard dlq replay: %d envelopes quarantined after %d failed replays; -include-quarantined retries them\n",
+			quarantined, quarantineAfter)
 	}
 	switch {
 	case failed > 0:
 		fmt.Fprintf(stderr, "writeguard dlq replay: %d envelopes failed (left pending); run again\n", failed)
 		return exitFail
-	case still > 0 || conflicts > 0:
+	case still > 0 || conflicts > 0 || refused > 0 || held > 0 || quarantined > 0:
 		return exitCheck
 	}
 	return exitOK
@@ -289,12 +408,21 @@ func printReplay(w io.Writer, outs []replayOut, f dlqFlags, validator bson.D) {
 		line("conflicts", o.Conflicts, "another document holds the key: pending")
 		line("failed", o.Failed, "other errors: pending, run again")
 		line("skipped", o.Skipped, "truncated or redacted originals")
+		if o.Refused > 0 {
+			line("refused", o.Refused, "not allowed (-into, -allow, -allow-multi): pending, reason recorded")
+		}
+		if o.Held > 0 {
+			line("held", o.Held, "in flight when a replay died: pending, for an operator (-include-held)")
+		}
+		if o.Quarantined > 0 {
+			line("quarantined", o.Quarantined, "failed too often: skipped from now on (-include-quarantined)")
+		}
 		for i, p := range o.Problems {
 			if i == 10 {
 				fmt.Fprintf(w, "  ... %d more problems (--json lists up to 100)\n", len(o.Problems)-10)
 				break
 			}
-			fmt.Fprintf(w, "  %s %s: %s\n", p.Outcome, p.Fingerprint[:min(12, len(p.Fingerprint))], p.Reason)
+			fmt.Fprintf(w, "  %s %s (id %s): %s\n", p.Outcome, p.Fingerprint[:min(12, len(p.Fingerprint))], rawString(p.EnvelopeID), p.Reason)
 		}
 	}
 }
@@ -373,10 +501,13 @@ func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collec
 }
 
 // replayCounts names the outcomes of a replay run for
-// writeguard.replay.envelopes.
+// writeguard.replay.envelopes. Quarantined is not one: it counts among
+// still_invalid, conflict and failed; quarantined envelopes show in
+// writeguard.dlq.envelopes{writeguard.envelope.status="quarantined"}.
 func replayCounts(c replay.Counts) map[string]int64 {
 	return map[string]int64{
 		otelhook.ReplayReplayed: c.Replayed, otelhook.ReplayStillInvalid: c.StillInvalid,
 		otelhook.ReplayConflict: c.Conflicts, otelhook.ReplayFailed: c.Failed, otelhook.ReplaySkipped: c.Skipped,
+		otelhook.ReplayRefused: c.Refused, otelhook.ReplayHeld: c.Held,
 	}
 }

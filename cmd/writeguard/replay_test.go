@@ -8,9 +8,10 @@ import (
 	"testing"
 )
 
-// "dlq replay" refuses bad worker, lease and validator flags with exit 2,
-// and with --data-dir it will not write unchecked originals unless told
-// so with --no-validator.
+// "dlq replay" refuses bad worker, lease, validator, -into, -allow and
+// -quarantine-after flags with exit 2, and with --data-dir it will not
+// write unchecked originals unless told so with --no-validator; with
+// --uri it will not write until -into names where.
 func TestReplayFlagErrors(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range []struct {
@@ -24,6 +25,23 @@ func TestReplayFlagErrors(t *testing.T) {
 		{nil, "-no-validator"},
 	} {
 		args := append([]string{"dlq", "replay", "--data-dir", dir}, c.args...)
+		code, _, errOut := runCmd(t, context.Background(), args...)
+		if code != exitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a message naming %q", args, code, errOut, c.want)
+		}
+	}
+	// With -uri the namespaces to write must be named; -allow takes
+	// update, replace, delete.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--uri", "mongodb://127.0.0.1:1", "--no-validator"}, "-into db.collection"},
+		{[]string{"--uri", "mongodb://127.0.0.1:1", "--no-validator", "--into", "orders"}, "-into orders: want db.collection"},
+		{[]string{"--data-dir", dir, "--no-validator", "--allow", "drop"}, "-allow drop: want update, replace or delete"},
+		{[]string{"--data-dir", dir, "--no-validator", "--quarantine-after", "-1"}, "-quarantine-after -1"},
+	} {
+		args := append([]string{"dlq", "replay"}, c.args...)
 		code, _, errOut := runCmd(t, context.Background(), args...)
 		if code != exitUsage || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and a message naming %q", args, code, errOut, c.want)

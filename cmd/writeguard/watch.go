@@ -72,7 +72,7 @@ func dlqWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	defer func() {
 		if err := tel.Close(); err != nil {
-			fmt.Fprintf(stderr, "writeguard %s: telemetry: %v\n", name, err)
+			fmt.Fprintf(stderr, "writeguard %s: telemetry: %s\n", name, scrubbed(err.Error()))
 		}
 	}()
 	obs, err := otelhook.ObserveDLQ(ctx, dlq, otelhook.WithMeterProvider(tel.MeterProvider), otelhook.WithPollInterval(interval))
@@ -94,17 +94,17 @@ func dlqWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 func observeRun(ctx context.Context, tel *telemetry, dlq *mongo.Collection, stderr io.Writer, name string) func() {
 	obs, err := otelhook.ObserveDLQ(context.WithoutCancel(ctx), dlq, otelhook.WithMeterProvider(tel.MeterProvider))
 	if err != nil {
-		fmt.Fprintf(stderr, "writeguard %s: dead-letter gauges: %v\n", name, err)
+		fmt.Fprintf(stderr, "writeguard %s: dead-letter gauges: %s\n", name, scrubbed(err.Error()))
 		return func() {}
 	}
 	return func() {
 		defer func() { _ = obs.Stop() }()
 		if err := obs.Poll(context.WithoutCancel(ctx)); err != nil {
-			fmt.Fprintf(stderr, "writeguard %s: dead-letter gauges: %v\n", name, err)
+			fmt.Fprintf(stderr, "writeguard %s: dead-letter gauges: %s\n", name, scrubbed(err.Error()))
 		}
 		tel.Linger(ctx)
 		if err := tel.Flush(context.WithoutCancel(ctx)); err != nil {
-			fmt.Fprintf(stderr, "writeguard %s: telemetry: %v\n", name, err)
+			fmt.Fprintf(stderr, "writeguard %s: telemetry: %s\n", name, scrubbed(err.Error()))
 		}
 	}
 }

@@ -46,6 +46,28 @@
 // and is answered from the record for the others. Transactions are
 // refused with 20 IllegalOperation. See WithReplicaSet.
 //
+// # Sharded cluster
+//
+// WithSharded presents the proxy as a mongos in front of a hashed-sharded
+// collection whose virtual shards all live in the one upstream (or the null
+// backend): hello says msg "isdbgrid", and each insert, update or delete
+// is split into child batches by shard key, forwarded part by part, and
+// answered with one merged reply as mongos builds it (write errors and
+// upserted indexes in the client's numbering, n summed; ordered writes go
+// shard by shard and stop at the first failing child batch). FailShard
+// fails one child batch after its shard applied part of it, reported as
+// mongos reports a lost shard reply: a write error per statement of that
+// batch ("Write results unavailable from <shard> :: caused by :: ..."),
+// one for an ordered write. Stats.Shards and Stats.ChildBatches count what
+// each shard got; ShardOf says where a statement goes.
+//
+// # Limits
+//
+// WithLimits announces small maxWriteBatchSize, maxMessageSizeBytes and
+// maxBsonObjectSize in the handshake (any mode), so that the driver splits
+// one call into several commands; maxWriteBatchSize is enforced as the
+// server does, and find/getMore batches are capped to fit the message size.
+//
 // # Fail points
 //
 // The proxy answers configureFailPoint itself, with any backend, for the

@@ -37,6 +37,10 @@ func (p *Proxy) helloReply(legacy bool, connID int64) bson.D {
 		bson.E{Key: "maxWireVersion", Value: p.cfg.maxWireVersion},
 		bson.E{Key: "readOnly", Value: false},
 	)
+	if p.cfg.sharding != nil {
+		d = append(d, bson.E{Key: "msg", Value: "isdbgrid"})
+	}
+	d = p.withLimits(d)
 	if p.cfg.replicaSet != "" {
 		addr := p.Addr()
 		d = append(d,

@@ -30,6 +30,8 @@ type config struct {
 	script         *Script
 	maxWireVersion int32
 	dialTimeout    time.Duration
+	sharding       *Sharding // WithSharded
+	limits         Limits    // WithLimits
 }
 
 // Option configures a Proxy. Build one with the With* functions; New
@@ -144,6 +146,7 @@ type Proxy struct {
 	connIDs    atomic.Int64
 	txns       *txnTable     // retryable-write records (replica-set mode)
 	failPoints *failPoints   // configureFailPoint state
+	vlog       validationLog // validation failures logged (warn, errorAndLog)
 	procID     bson.ObjectID // topologyVersion.processId (replica-set mode)
 
 	topoMu      sync.Mutex
@@ -180,6 +183,9 @@ func New(opts ...Option) (*Proxy, error) {
 		if err := o.apply(&cfg); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if cfg.sharding != nil && cfg.replicaSet != "" {
+		errs = append(errs, errShardingAndReplicaSet)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -460,7 +466,7 @@ func (s *session) handleQuery(m *message) error {
 		if err != nil {
 			return err
 		}
-		if s.rsUpstream() && isHello(cmd.Name) {
+		if s.rewritesHello() && isHello(cmd.Name) {
 			body, err := replyBody(reply)
 			if err != nil {
 				return err
@@ -536,8 +542,11 @@ func (s *session) handleMsg(m *message) error {
 	if done, err := s.failPointFires(x); done {
 		return err
 	}
-	x.rsHello = s.rsUpstream() && isHello(x.cmd.Name)
-	if s.rsUpstream() {
+	if d := s.p.batchTooLarge(x.cmd, x.stmts); d != nil {
+		return s.reply(x, d)
+	}
+	x.rsHello = s.rewritesHello() && isHello(x.cmd.Name)
+	if s.emulated() {
 		if inTransaction(x.cmd) {
 			return s.reply(x, errTransactions())
 		}
@@ -549,8 +558,11 @@ func (s *session) handleMsg(m *message) error {
 			}()
 		}
 	}
+	if done, err := s.collMod(x); done {
+		return err
+	}
 	s.fireScript(x)
-	if x.rsHello && !x.fired {
+	if x.rsHello && !x.fired && s.emulated() {
 		return s.serveHello(x.cmd, m.requestID, om.exhaustAllowed())
 	}
 	if done, err := s.answerFault(x); done {
@@ -571,6 +583,7 @@ type exchange struct {
 	fault     Fault
 	fired     bool
 	validator *jsonschema.Validator
+	wceDone   bool // a WriteConcernErrorReply fault was applied per shard
 }
 
 // reply sends body to the client unless it expects no reply.
@@ -619,7 +632,7 @@ func (s *session) fireScript(x *exchange) {
 		s.p.topologyEvent()
 	}
 	if x.cmd.Name == "insert" {
-		x.validator = script.validator(x.cmd.Namespace)
+		x.validator = s.insertValidation(x, script)
 	}
 }
 
@@ -660,8 +673,16 @@ func (s *session) forwardAndReply(x *exchange) error {
 	if x.fired && x.fault.kind == FaultDocument {
 		docFault = &x.fault
 	}
+	sharded := s.shardedWrite(x)
 	perDoc := len(x.stmts) > 0 && (x.validator != nil || docFault != nil)
-	modify := perDoc || (x.fired && x.fault.kind == FaultWriteConcernError) || x.fpa.wce != nil
+	modify := sharded || perDoc || (x.fired && x.fault.kind == FaultWriteConcernError) || x.fpa.wce != nil
+	capped, err := s.p.cappedRead(x.cmd)
+	if err != nil {
+		return err
+	}
+	if capped != nil {
+		x.cmd, modify = capped, true
+	}
 	if !modify && !s.null() && s.txn == nil && !x.rsHello {
 		// Plain forwarding: relay the server's bytes unchanged.
 		s.p.counters.forward(x.cmd.Name, len(x.stmts))
@@ -677,10 +698,12 @@ func (s *session) forwardAndReply(x *exchange) error {
 		return s.relayStream(reply)
 	}
 	var body bson.Raw
-	var err error
-	if perDoc {
+	switch {
+	case sharded:
+		body, err = s.execSharded(x, docFault)
+	case perDoc:
 		body, err = s.execStatements(x.cmd, x.stmts, x.validator, docFault)
-	} else {
+	default:
 		body, err = s.forward(x.cmd)
 	}
 	if err == nil && x.rsHello {
@@ -703,7 +726,7 @@ func (s *session) addErrors(x *exchange, body bson.Raw) (bson.Raw, error) {
 		if err := s.postForward(x.fault); err != nil {
 			return nil, err
 		}
-		if x.fault.kind == FaultWriteConcernError {
+		if x.fault.kind == FaultWriteConcernError && !x.wceDone {
 			if body, err = addWriteConcernError(body, x.fault.wce); err != nil {
 				return nil, err
 			}

@@ -20,10 +20,19 @@ import (
 // hello before it retries, which would cost a full 10 s per fault.
 const maxAwaitHello = 500 * time.Millisecond
 
-// rsUpstream reports whether the proxy emulates a replica set in front of
-// an upstream server.
-func (s *session) rsUpstream() bool {
-	return s.p.cfg.replicaSet != "" && s.p.cfg.upstream != ""
+// emulated reports whether the proxy emulates a replica-set primary or a
+// mongos in front of an upstream server: it rewrites hello, streams
+// awaitable hellos, and does the retryable-write bookkeeping.
+func (s *session) emulated() bool { return s.p.emulated() }
+
+func (p *Proxy) emulated() bool {
+	return (p.cfg.replicaSet != "" || p.cfg.sharding != nil) && p.cfg.upstream != ""
+}
+
+// rewritesHello reports whether the upstream's hello replies are rewritten:
+// in replica-set or sharded mode, or to announce Limits.
+func (s *session) rewritesHello() bool {
+	return s.p.cfg.upstream != "" && (s.emulated() || s.p.hasLimits())
 }
 
 func isHello(name string) bool {
@@ -73,12 +82,28 @@ func (p *Proxy) rewriteHello(body bson.Raw, legacy bool) (bson.Raw, error) {
 	if !replyOK(reply) {
 		return body, nil
 	}
+	if !p.emulated() {
+		// Limits only: the server's reply with the announced limits,
+		// without topologyVersion, so that the driver polls instead of
+		// streaming hellos the proxy would have to rewrite one by one.
+		out := bson.D{}
+		for _, e := range p.withLimits(reply) {
+			if e.Key != "topologyVersion" {
+				out = append(out, e)
+			}
+		}
+		return bson.Marshal(out)
+	}
 	drop := map[string]bool{
 		"isWritablePrimary": true, "ismaster": true, "topologyVersion": true, "setName": true,
 		"setVersion": true, "hosts": true, "passives": true, "arbiters": true, "primary": true,
 		"me": true, "secondary": true, "arbiterOnly": true, "electionId": true, "msg": true,
 	}
 	out := p.replicaSetFields(legacy)
+	if p.cfg.sharding != nil {
+		out = p.mongosFields(legacy)
+	}
+	reply = p.withLimits(reply)
 	hasTimeout := false
 	for _, e := range reply {
 		if drop[e.Key] || e.Key == "ok" {
@@ -193,7 +218,7 @@ var stateChangeCodes = map[int32]bool{
 // write concern error has a state-change code, in replica-set mode with an
 // upstream, as errorReply does for error replies.
 func (p *Proxy) withTopologyVersion(body bson.Raw, code int32) (bson.Raw, error) {
-	if p.cfg.replicaSet == "" || p.cfg.upstream == "" || !stateChangeCodes[code] {
+	if !p.emulated() || !stateChangeCodes[code] {
 		return body, nil
 	}
 	var reply bson.D
@@ -215,7 +240,7 @@ func (p *Proxy) topologyVersion() bson.D {
 // announcing the change treats it as stale.
 func (p *Proxy) errorReply(e CommandError) bson.D {
 	d := errorReplyDoc(e)
-	if p.cfg.replicaSet == "" || p.cfg.upstream == "" || !stateChangeCodes[e.Code] {
+	if !p.emulated() || !stateChangeCodes[e.Code] {
 		return d
 	}
 	return append(d[:len(d):len(d)], bson.E{Key: "topologyVersion", Value: p.topologyVersion()})

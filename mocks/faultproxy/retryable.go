@@ -88,6 +88,11 @@ type txnCtx struct {
 	rec         *txnRecord
 	txnNumber   int64
 	clientStmts []bson.Raw // the statements as the client sent them
+	// scope, when not nil, holds the client indexes the statements being
+	// forwarded come from (a sharded child batch), so that two equal
+	// statements of one command in different child batches map to their
+	// own indexes.
+	scope []int
 }
 
 // isRetryableWrite reports whether a command with a txnNumber is a write
@@ -135,11 +140,18 @@ func (s *session) beginRetryable(cmd *Command) *txnCtx {
 // by content; -1 when not found (a Custom handler's own statement).
 func (t *txnCtx) clientIndexes(stmts []bson.Raw) []int {
 	used := make([]bool, len(t.clientStmts))
+	cands := t.scope
+	if cands == nil {
+		cands = make([]int, len(t.clientStmts))
+		for i := range cands {
+			cands[i] = i
+		}
+	}
 	out := make([]int, len(stmts))
 	for pos, st := range stmts {
 		out[pos] = -1
-		for i, c := range t.clientStmts {
-			if !used[i] && bytes.Equal(st, c) {
+		for _, i := range cands {
+			if i >= 0 && i < len(t.clientStmts) && !used[i] && bytes.Equal(st, t.clientStmts[i]) {
 				used[i], out[pos] = true, i
 				break
 			}

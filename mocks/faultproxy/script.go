@@ -173,7 +173,8 @@ type Fault struct {
 	seed    int64
 	rates   []Rate
 	random  bool
-	k       int // statements applied by ApplyThenError / ApplyThenClose
+	k       int // statements applied by ApplyThenError / ApplyThenClose / FailShard
+	batch   int // FailShard's child batch
 }
 
 // ErrorReply answers the command with e as an error reply without
@@ -313,6 +314,15 @@ func (f Fault) validate() error {
 		if f.k < 0 {
 			return fmt.Errorf("ApplyThenClose: k = %d must not be negative", f.k)
 		}
+	case FaultShard:
+		switch {
+		case f.batch < 0:
+			return fmt.Errorf("FailShard: batch = %d must not be negative", f.batch)
+		case f.k < 0:
+			return fmt.Errorf("FailShard: applied = %d must not be negative", f.k)
+		case f.cmdErr.Code == 0:
+			return errors.New("FailShard: code must not be 0")
+		}
 	}
 	return nil
 }
@@ -448,6 +458,9 @@ func (r *Rule) validate() error {
 	if r.fault.kind == FaultDocument && !r.anyCmd && !hasStatements(r.command) {
 		return fmt.Errorf("RejectDocuments applies to insert, update and delete, not %q", r.command)
 	}
+	if r.fault.kind == FaultShard && !r.anyCmd && !hasStatements(r.command) {
+		return fmt.Errorf("FailShard applies to insert, update and delete, not %q", r.command)
+	}
 	return nil
 }
 
@@ -472,6 +485,7 @@ func (*Rule) scriptItem() {}
 type validatorItem struct {
 	namespace string
 	validator any
+	opts      ValidationOptions
 }
 
 func (validatorItem) scriptItem() {}
@@ -492,7 +506,7 @@ func Validator(namespace string, validator any) ScriptItem {
 type Script struct {
 	mu         sync.Mutex
 	rules      []*Rule
-	validators map[string]*jsonschema.Validator
+	validators map[string]*emulatedValidator
 }
 
 // NewScript checks and assembles a script. Rules are tried in order; of
@@ -504,7 +518,7 @@ type Script struct {
 // jsonschema.ErrUnsupported) or an invalid one, or two validators for one
 // namespace.
 func NewScript(items ...ScriptItem) (*Script, error) {
-	s := &Script{validators: map[string]*jsonschema.Validator{}}
+	s := &Script{validators: map[string]*emulatedValidator{}}
 	for i, it := range items {
 		switch x := it.(type) {
 		case *Rule:
@@ -531,7 +545,11 @@ func NewScript(items ...ScriptItem) (*Script, error) {
 			if err != nil {
 				return nil, fmt.Errorf("faultproxy: script item %d: validator for %s: %w", i, x.namespace, err)
 			}
-			s.validators[x.namespace] = v
+			opts := x.opts.withDefaults()
+			if err := opts.check("", false); err != nil {
+				return nil, fmt.Errorf("faultproxy: script item %d: validator for %s: %w", i, x.namespace, err)
+			}
+			s.validators[x.namespace] = &emulatedValidator{v: v, opts: opts}
 		default:
 			return nil, fmt.Errorf("faultproxy: script item %d: unknown item type %T", i, it)
 		}
@@ -578,10 +596,12 @@ func (s *Script) fire(cmd *Command) (Fault, bool) {
 	return chosen, found
 }
 
-func (s *Script) validator(ns string) *jsonschema.Validator {
+func (s *Script) validator(ns string) *emulatedValidator {
 	if s == nil {
 		return nil
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.validators[ns]
 }
 

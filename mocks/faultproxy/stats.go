@@ -37,6 +37,12 @@ type Stats struct {
 	// FaultDocument count rejected documents; the other kinds count
 	// commands.
 	Faults map[FaultKind]int64
+	// Shards counts statements sent in child batches, by shard name
+	// (sharded mode, and FailShard faults).
+	Shards map[string]int64
+	// ChildBatches counts the child batches sent (or failed by
+	// FailShard), by shard name.
+	ChildBatches map[string]int64
 }
 
 // Count returns the number of commands named name, all namespaces
@@ -56,6 +62,8 @@ type counters struct {
 	documents   map[string]int64
 	forwarded   map[string]int64
 	faults      map[FaultKind]int64
+	shards      map[string]int64
+	children    map[string]int64
 }
 
 func newCounters() *counters {
@@ -73,6 +81,15 @@ func (c *counters) reset() {
 	c.documents = map[string]int64{}
 	c.forwarded = map[string]int64{}
 	c.faults = map[FaultKind]int64{}
+	c.shards = map[string]int64{}
+	c.children = map[string]int64{}
+}
+
+func (c *counters) shard(name string, statements int) {
+	c.mu.Lock()
+	c.children[name]++
+	c.shards[name] += int64(statements)
+	c.mu.Unlock()
 }
 
 func (c *counters) connection() {
@@ -119,5 +136,7 @@ func (c *counters) snapshot() Stats {
 		Documents:           maps.Clone(c.documents),
 		Forwarded:           maps.Clone(c.forwarded),
 		Faults:              maps.Clone(c.faults),
+		Shards:              maps.Clone(c.shards),
+		ChildBatches:        maps.Clone(c.children),
 	}
 }

@@ -160,6 +160,7 @@ type cbConfig struct {
 	retryWrites bool
 	replicaSet  bool
 	clientOpts  []func(*options.ClientOptions)
+	proxyOpts   []faultproxy.Option
 }
 
 // cbOption configures newCaseBed.
@@ -177,6 +178,12 @@ func cbRetryWrites() cbOption { return func(c *cbConfig) { c.retryWrites = true 
 // proxy executes each (lsid, txnNumber) once and answers
 // configureFailPoint. Under MONGODB_URI the real server is used as it is.
 func cbReplicaSet() cbOption { return func(c *cbConfig) { c.replicaSet = true } }
+
+// cbProxyOptions adds options to the proxy (e.g. faultproxy.WithSharded,
+// faultproxy.WithLimits: the sharded bed).
+func cbProxyOptions(opts ...faultproxy.Option) cbOption {
+	return func(c *cbConfig) { c.proxyOpts = append(c.proxyOpts, opts...) }
+}
 
 // cbClientOptions edits the app client's options.
 func cbClientOptions(f func(*options.ClientOptions)) cbOption {
@@ -231,6 +238,7 @@ func newCaseBed(t testing.TB, opts ...cbOption) *caseBed {
 		popts = append(popts, faultproxy.WithReplicaSet("rs0"))
 		b.replicaSet = true
 	}
+	popts = append(popts, cfg.proxyOpts...)
 	p, err := faultproxy.New(popts...)
 	if err != nil {
 		t.Fatalf("faultproxy.New: %v", err)

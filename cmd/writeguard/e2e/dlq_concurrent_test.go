@@ -2,12 +2,16 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +22,7 @@ import (
 
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/policy"
 	"github.com/writeguard/writeguard/replay"
 )
@@ -152,7 +157,8 @@ func dlSeedBacklog(t *testing.T, b *dlBed, n int) {
 // meeting their documents by _id. In the end every envelope is replayed
 // once: the runners' counts add up to 5,000, the server acknowledged
 // 5,000 inserts into the target in all (no document written twice), and
-// only the dead runner's leases are left.
+// no lease is left (the dead runner's are deleted by those that took its
+// envelopes over).
 func TestDLReplayConcurrentRunners(t *testing.T) {
 	const runners = 4
 	total, batch, lease, limit := dlConcurrentSize()
@@ -274,8 +280,10 @@ func TestDLReplayConcurrentRunners(t *testing.T) {
 	if n := b.count(leases, append(claims, bson.E{Key: "owner", Value: bson.D{{Key: "$ne", Value: fmt.Sprintf("runner-%d", runners-1)}}})); n != 0 {
 		t.Errorf("%d leases of live runners left, want 0 (released)", n)
 	}
-	if n := b.count(leases, claims); n != int64(crash.wroteLast) {
-		t.Errorf("%d leases left, want the dying runner's %d", n, crash.wroteLast)
+	// The dying runner's leases are deleted by the runners that took its
+	// envelopes over, once they marked them.
+	if n := b.count(leases, claims); n != 0 {
+		t.Errorf("%d leases left, want 0 (the dying runner's %d deleted once taken over)", n, crash.wroteLast)
 	}
 	if n := b.count(leases, bson.D{{Key: "run", Value: "drain-1"}, {Key: "outcome", Value: "replayed"}}); n+
 		b.count(leases, bson.D{{Key: "run", Value: "drain-1"}, {Key: "outcome", Value: "replayed_by_duplicate"}}) != int64(total) {
@@ -306,5 +314,340 @@ func TestDLReplayWorkersTryOncePerRun(t *testing.T) {
 	}
 	if n := b.count(dlDLQ+replay.LeaseCollectionSuffix, bson.D{{Key: "key", Value: bson.D{{Key: "$exists", Value: true}}}}); n != 0 {
 		t.Errorf("%d leases left after two complete runs", n)
+	}
+}
+
+// dlCommandBinary builds the writeguard command once per test binary and
+// returns its path (removed by TestMain).
+func dlCommandBinary(t *testing.T) string {
+	t.Helper()
+	dlBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "writeguard-e2e-bin-")
+		if err != nil {
+			dlBinErr = err
+			return
+		}
+		dlBinDir = dir
+		bin := filepath.Join(dir, "writeguard")
+		out, err := exec.Command("go", "build", "-o", bin, "github.com/writeguard/writeguard/cmd/writeguard").CombinedOutput()
+		if err != nil {
+			dlBinErr = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		dlBin = bin
+	})
+	if dlBinErr != nil {
+		t.Fatal(dlBinErr)
+	}
+	return dlBin
+}
+
+var (
+	dlBinOnce sync.Once
+	dlBin     string
+	dlBinDir  string
+	dlBinErr  error
+)
+
+// dlProcess is one "writeguard dlq replay" process.
+type dlProcess struct {
+	name           string
+	cmd            *exec.Cmd
+	stdout, stderr strings.Builder
+	done           chan struct{}
+	err            error
+}
+
+// dlStartReplay starts "writeguard dlq replay" on the bed's DLQ through
+// uri, with args after the connection flags. Each process picks its own
+// run id, as processes started independently do.
+func dlStartReplay(t *testing.T, b *dlBed, name, uri string, args ...string) *dlProcess {
+	t.Helper()
+	p := &dlProcess{name: name, done: make(chan struct{})}
+	all := append([]string{"dlq", "replay", "--uri", uri, "--db", b.dbName, "--dlq", dlDLQ, "--json"}, args...)
+	p.cmd = exec.Command(dlCommandBinary(t), all...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// wait waits for the process to end (at most d) and returns its exit code.
+func (p *dlProcess) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		t.Fatalf("%s still running after %v (killed)\nstderr: %s", p.name, d, p.stderr.String())
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// dlReplayReport is the part of "dlq replay --json"'s report the tests read.
+type dlReplayReport struct {
+	Pending    int64 `json:"pending"`
+	Namespaces []struct {
+		Namespace string `json:"namespace"`
+		replay.Result
+	} `json:"namespaces"`
+}
+
+func (p *dlProcess) report(t *testing.T) replay.Result {
+	t.Helper()
+	var rep dlReplayReport
+	if err := json.Unmarshal([]byte(p.stdout.String()), &rep); err != nil || len(rep.Namespaces) > 1 {
+		t.Fatalf("%s: report %v\nstdout: %s\nstderr: %s", p.name, err, p.stdout.String(), p.stderr.String())
+	}
+	if len(rep.Namespaces) == 0 {
+		return replay.Result{}
+	}
+	return rep.Namespaces[0].Result
+}
+
+// TestDLReplayTwoProcessesEnd: two "writeguard dlq replay" processes,
+// started independently (each with its own run id), drain one DLQ of 60
+// envelopes, 30 of which the target's validator rejects again. Both end
+// (they used to livelock while any envelope stayed pending, inflating
+// every envelope's attempts), every valid document is written once, and
+// only real tries count: the attempts and replay_failures the DLQ records
+// add up to the rejections the two processes report, at most one per
+// process and envelope.
+func TestDLReplayTwoProcessesEnd(t *testing.T) {
+	b := newDLBed(t, dlSchema)
+	sink := envelope.NewMongoSink(b.dlq, envelope.WithInsertFirst())
+	var envs []envelope.Envelope
+	for i := range 60 {
+		orig, err := bson.Marshal(dlDoc("_id", fmt.Sprintf("p-%03d", i), "sku", "S", "qty", int32(i%2)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, envelope.Envelope{Original: orig, Code: 121, Namespace: b.ns(), Operation: "insertMany", BatchIndex: i})
+	}
+	if err := sink.Put(b.ctx, envs); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--into", b.ns(), "--no-validator", "--batch", "3", "--lease", "2s"}
+	t0 := time.Now()
+	procs := []*dlProcess{dlStartReplay(t, b, "process-1", b.proxy.URI(), args...), dlStartReplay(t, b, "process-2", b.proxy.URI(), args...)}
+	var replayed, invalid int64
+	for _, p := range procs {
+		code := p.wait(t, 90*time.Second)
+		res := p.report(t)
+		t.Logf("%s: exit %d after %v: %+v", p.name, code, time.Since(t0).Round(time.Millisecond), res.Counts)
+		if code != 3 && !(code == 0 && res.StillInvalid == 0) {
+			t.Errorf("%s: exit %d, want 3 (envelopes still invalid)\nstderr: %s", p.name, code, p.stderr.String())
+		}
+		if res.StillInvalid > 30 || res.Failed != 0 || res.Conflicts != 0 {
+			t.Errorf("%s: %+v; want at most one try of each of the 30 invalid envelopes", p.name, res.Counts)
+		}
+		replayed += res.Replayed
+		invalid += res.StillInvalid
+	}
+	if replayed != 30 {
+		t.Errorf("the processes replayed %d envelopes, want 30 (each valid one once)", replayed)
+	}
+	if n := b.count(dlTarget, bson.D{}); n != 30 {
+		t.Errorf("target holds %d documents, want 30", n)
+	}
+	var attempts, failures int64
+	for _, e := range b.stored(bson.D{{Key: "status", Value: envelope.StatusPending}}) {
+		attempts += int64(e.Attempts - 1)
+		failures += int64(e.ReplayFailures)
+		if e.Attempts > 3 || e.Attempts-1 != e.ReplayFailures || !strings.HasPrefix(e.ReplayReason, "still_invalid: 121") {
+			t.Errorf("envelope %v: attempts %d, replay_failures %d, reason %q", e.DocumentID, e.Attempts, e.ReplayFailures, e.ReplayReason)
+		}
+	}
+	if invalid < 30 || attempts != invalid || failures != invalid {
+		t.Errorf("the processes report %d rejections; the DLQ records %d attempts and %d failed replays beyond the captures", invalid, attempts, failures)
+	}
+	if n := b.count(dlDLQ, bson.D{{Key: "status", Value: envelope.StatusReplayed}, {Key: "attempts", Value: 1}}); n != 30 {
+		t.Errorf("%d envelopes replayed with attempts 1, want 30", n)
+	}
+}
+
+// TestDLReplayProcessKilledMidBatch: two "writeguard dlq replay"
+// processes with their own run ids; the first is killed (SIGKILL) in the
+// middle of its first batch, after its inserts and its updateOne ($inc)
+// reached the server and before it saw the update's reply, so before it
+// marked anything. The second waits for the dead process's leases to
+// expire and takes its batch over: it meets the dead process's inserts
+// by _id (each document written once) and holds the update, whose result
+// nobody saw, for an operator instead of running it again (the counter
+// is incremented once). It exits 3 and says so; the DLQ ends with every
+// insert replayed once, the update pending with replay_hold and its
+// reason, and no lease left; "dlq stats" counts it held.
+func TestDLReplayProcessKilledMidBatch(t *testing.T) {
+	b := newDLBed(t, nil)
+	if _, err := b.ddb.Collection(dlTarget).InsertOne(b.ctx, dlDoc("_id", "counter", "n", int32(0))); err != nil {
+		t.Fatal(err)
+	}
+	const inserts = 120
+	var envs []envelope.Envelope
+	for i := range inserts {
+		if i == 10 {
+			envs = append(envs, dlModelEnvelope(t, b.ns(), "updateOne", dlDoc("filter", dlDoc("_id", "counter"),
+				"update", dlDoc("$inc", dlDoc("n", int32(1))), "upsert", false), 1000))
+		}
+		orig, err := bson.Marshal(dlDoc("_id", fmt.Sprintf("k-%03d", i), "sku", "S", "qty", int32(1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, envelope.Envelope{Original: orig, Code: 121, Namespace: b.ns(), Operation: "insertMany", BatchIndex: i})
+	}
+	if err := envelope.NewMongoSink(b.dlq, envelope.WithInsertFirst()).Put(b.ctx, envs); err != nil {
+		t.Fatal(err)
+	}
+	// The first process's update reaches the server, which applies it;
+	// its reply is held back long enough for the process to be killed
+	// waiting for it.
+	b.proxy.SetScript(faultproxy.MustScript(faultproxy.On("update").In(b.ns()).Always().Do(faultproxy.Delay(8 * time.Second))))
+	args := []string{"--into", b.ns(), "--allow", "update", "--no-validator", "--batch", "40", "--lease", "3s"}
+	first := dlStartReplay(t, b, "first", b.proxy.URI(), args...)
+	counter := func() int32 {
+		var c struct{ N int32 }
+		if err := b.ddb.Collection(dlTarget).FindOne(b.ctx, bson.D{{Key: "_id", Value: "counter"}}).Decode(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c.N
+	}
+	for deadline := time.Now().Add(60 * time.Second); counter() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first process never sent its update\nstderr: %s", first.stderr.String())
+		}
+		select {
+		case <-first.done:
+			t.Fatalf("the first process ended before its update: %v\nstderr: %s", first.err, first.stderr.String())
+		default:
+		}
+	}
+	written := b.count(dlTarget, bson.D{}) - 1
+	second := dlStartReplay(t, b, "second", dlServer.URI(), args...)
+	time.Sleep(300 * time.Millisecond) // the second meets the first's leases
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.done
+	t.Logf("the first process was killed after writing %d documents and its update; it marked nothing", written)
+
+	code := second.wait(t, 90*time.Second)
+	res := second.report(t)
+	t.Logf("second: exit %d: %+v, %d by duplicate, leases held by others met %d\nstderr: %s", code, res.Counts, res.ReplayedByDuplicate, res.LeasesHeld, second.stderr.String())
+	if code != 3 || !strings.Contains(second.stderr.String(), "1 envelopes held") {
+		t.Errorf("second: exit %d, want 3 with a word on the held envelope", code)
+	}
+	if res.Replayed != inserts || res.Held != 1 || res.ReplayedByDuplicate != written || res.Failed+res.Conflicts+res.StillInvalid != 0 {
+		t.Errorf("second: %+v, %d by duplicate; want %d replayed (%d of them met by _id), 1 held", res.Counts, res.ReplayedByDuplicate, inserts, written)
+	}
+	if written == 0 || res.LeasesHeld == 0 {
+		t.Errorf("the first process wrote %d documents, the second met %d leases: the kill was not mid-batch", written, res.LeasesHeld)
+	}
+	if n := counter(); n != 1 {
+		t.Errorf("counter n = %d, want 1: the update in flight when its process died ran again", n)
+	}
+	if n := b.count(dlTarget, bson.D{}); n != inserts+1 {
+		t.Errorf("target holds %d documents, want %d", n, inserts+1)
+	}
+	if n := b.count(dlDLQ, bson.D{{Key: "status", Value: envelope.StatusReplayed}, {Key: "attempts", Value: 1}}); n != inserts {
+		t.Errorf("%d insert envelopes replayed with attempts 1, want %d", n, inserts)
+	}
+	held := b.stored(bson.D{{Key: "status", Value: envelope.StatusPending}})
+	if len(held) != 1 || held[0].ReplayHold != "in_flight_when_runner_died" || held[0].ReplayReason != "held: in_flight_when_runner_died" || held[0].ReplayFailures != 0 {
+		t.Errorf("pending envelopes %+v, want the update held", held)
+	}
+	if n := b.count(dlDLQ+replay.LeaseCollectionSuffix, bson.D{{Key: "key", Value: bson.D{{Key: "$exists", Value: true}}}}); n != 0 {
+		t.Errorf("%d leases left, want 0", n)
+	}
+	out, err := exec.Command(dlCommandBinary(t), "dlq", "stats", "--uri", dlServer.URI(), "--db", b.dbName, "--dlq", dlDLQ, "--json").Output()
+	var st struct{ Pending, Held int64 }
+	if err != nil || json.Unmarshal(out, &st) != nil || st.Pending != 1 || st.Held != 1 {
+		t.Errorf("dlq stats: %v %s; want 1 pending, 1 held", err, out)
+	}
+}
+
+// TestDLReplayCommandRefusesForgedEnvelopes: "writeguard dlq replay" on a
+// DLQ holding envelopes anyone who can write it could have forged: one
+// aimed at admin.system.users (a root user), an _id-less deleteMany {} in
+// the named namespace, and an insert into a namespace not named with
+// --into. It writes the one legitimate envelope, refuses the others
+// (counted, each with its id and reason, left pending with the reason
+// recorded), says so and exits 3; admin.system.users and the target's
+// documents are untouched. (It used to write the user into
+// admin.system.users, and run the deleteMany.)
+func TestDLReplayCommandRefusesForgedEnvelopes(t *testing.T) {
+	b := newDLBed(t, nil)
+	if _, err := b.ddb.Collection(dlTarget).InsertOne(b.ctx, dlDoc("_id", "keep", "qty", int32(1))); err != nil {
+		t.Fatal(err)
+	}
+	users := b.direct.Database("admin").Collection("system.users")
+	mallory := "mallory-" + b.dbName
+	user, _ := bson.Marshal(dlDoc("_id", "admin."+mallory, "user", mallory, "db", "admin",
+		"roles", bson.A{dlDoc("role", "root", "db", "admin")}))
+	good, _ := bson.Marshal(dlDoc("_id", "good", "qty", int32(2)))
+	other, _ := bson.Marshal(dlDoc("_id", "elsewhere", "qty", int32(2)))
+	if err := b.sink.Put(b.ctx, []envelope.Envelope{
+		{Original: user, Code: 121, Namespace: "admin.system.users", Operation: "insertOne", BatchIndex: 0},
+		dlModelEnvelope(t, b.ns(), "deleteMany", dlDoc("filter", bson.D{}), 1),
+		{Original: good, Code: 121, Namespace: b.ns(), Operation: "insertOne", BatchIndex: 2},
+		{Original: other, Code: 121, Namespace: b.dbName + ".other", Operation: "insertOne", BatchIndex: 3},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := dlStartReplay(t, b, "replay", dlServer.URI(), "--into", b.ns(), "--no-validator")
+	code := p.wait(t, 60*time.Second)
+	var rep dlReplayReport
+	if err := json.Unmarshal([]byte(p.stdout.String()), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, p.stdout.String())
+	}
+	var sum replay.Result
+	reasons := map[string]bool{}
+	for _, ns := range rep.Namespaces {
+		sum.Replayed += ns.Replayed
+		sum.Refused += ns.Refused
+		for _, pr := range ns.Problems {
+			if pr.Outcome == "refused" && pr.EnvelopeID.Type != 0 {
+				reasons[pr.Reason] = true
+			}
+		}
+	}
+	t.Logf("exit %d, %d replayed, %d refused, reasons %v\nstderr: %s", code, sum.Replayed, sum.Refused, reasons, p.stderr.String())
+	if code != 3 || sum.Replayed != 1 || sum.Refused != 3 || !strings.Contains(p.stderr.String(), "3 envelopes refused") {
+		t.Errorf("exit %d, %d replayed, %d refused; want 3, 1, 3 and a word on stderr", code, sum.Replayed, sum.Refused)
+	}
+	for _, want := range []string{
+		`target namespace "admin.system.users" is in the admin database, which replay never writes`,
+		"deleteMany not allowed (allowed: inserts; WithOperations, --allow)",
+		`target namespace "` + b.dbName + `.other" not named for this replay (WithInto, --into)`,
+	} {
+		if !reasons[want] {
+			t.Errorf("no refusal %q", want)
+		}
+	}
+	if n, err := users.CountDocuments(b.ctx, bson.D{{Key: "user", Value: mallory}}); err != nil || n != 0 {
+		t.Errorf("admin.system.users holds %d forged users (%v)", n, err)
+	}
+	if n := b.count(dlTarget, bson.D{}); n != 2 {
+		t.Errorf("target holds %d documents, want 2 (keep and good)", n)
+	}
+	if n := b.count("other", bson.D{}); n != 0 {
+		t.Errorf("%s.other holds %d documents, want 0", b.dbName, n)
+	}
+	for _, e := range b.stored(bson.D{{Key: "status", Value: envelope.StatusPending}}) {
+		if !strings.HasPrefix(e.ReplayReason, "refused: ") {
+			t.Errorf("pending envelope %d: reason %q", e.BatchIndex, e.ReplayReason)
+		}
+	}
+	if n := b.count(dlDLQ, bson.D{{Key: "status", Value: envelope.StatusPending}}); n != 3 {
+		t.Errorf("%d envelopes pending, want the 3 refused", n)
 	}
 }

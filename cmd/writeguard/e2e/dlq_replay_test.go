@@ -259,7 +259,8 @@ func TestDLReplayFilterAndSkips(t *testing.T) {
 }
 
 // TestDLReplayModels: bulkWrite envelopes of replaceOne and deleteMany
-// models are replayed by running the models again. (An updateOne model's
+// models are replayed by running the models again, when the replay is
+// allowed to (WithOperations, and WithMultiDocument for the deleteMany). (An updateOne model's
 // envelope holds its $set in original.update, which FerretDB refuses to
 // store: field names starting with "$" are a write error there, while
 // MongoDB 5.0+ stores them; see TestDLRealCaptureAndReplay.)
@@ -278,7 +279,8 @@ func TestDLReplayModels(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := replayRun(b, b.replayTarget())
+	res, err := replayRun(b, b.replayTarget(), replay.WithOperations(replay.Inserts|replay.Replaces|replay.Deletes),
+		replay.WithMultiDocument())
 	if err != nil || res.Replayed != 2 {
 		t.Fatalf("%+v, %v", res, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
@@ -25,10 +26,23 @@ func TestDLSinkRefusesUnacknowledged(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, opts := range [][]envelope.SinkOption{nil, {envelope.WithInsertFirst()}} {
-		sink := envelope.NewMongoSink(unacked, opts...)
+		// A client of its own per sink: FerretDB answers an unacknowledged
+		// (moreToCome) write all the same, and the next command on that
+		// connection (the sink's listIndexes) would read that answer.
+		c, cerr := mongo.Connect(options.Client().ApplyURI(dlServer.URI()))
+		if cerr != nil {
+			t.Fatal(cerr)
+		}
+		defer c.Disconnect(b.ctx)
+		unacked0 := c.Database(b.dbName).Collection(dlDLQ, options.Collection().SetWriteConcern(writeconcern.Unacknowledged()))
+		sink := envelope.NewMongoSink(unacked0, opts...)
 		err := sink.Put(b.ctx, []envelope.Envelope{{Original: raw, Code: 121, Namespace: b.ns(), Operation: "insertOne"}})
 		if !errors.Is(err, envelope.ErrUnacknowledgedSink) {
 			t.Errorf("Put through w:0 (%d options): %v, want ErrUnacknowledgedSink", len(opts), err)
+		}
+		// Later Puts refuse at once: nothing more is sent unacknowledged.
+		if err := sink.Put(b.ctx, []envelope.Envelope{{Original: raw, Code: 121, Namespace: b.ns(), Operation: "insertOne"}}); !errors.Is(err, envelope.ErrUnacknowledgedSink) {
+			t.Errorf("second Put through w:0 (%d options): %v, want ErrUnacknowledgedSink", len(opts), err)
 		}
 	}
 	g, err := writeguard.Wrap(b.adb.Collection(dlTarget), writeguard.WithDeadLetter(envelope.NewMongoSink(unacked)),

@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	}
 	dlServer = s
 	code := m.Run()
+	if dlBinDir != "" {
+		_ = os.RemoveAll(dlBinDir) // the command built by dlCommandBinary
+	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	if err := s.Close(cctx); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: closing the embedded server: %v\n", err)

@@ -31,10 +31,16 @@ type config struct {
 }
 
 // WithDataDir makes the server keep its SQLite files in dir instead of a
-// fresh temporary directory. dir is created (mode 0750, with parents) if it
+// fresh temporary directory. dir is created (mode 0700, with parents) if it
 // does not exist and is never removed by [Server.Close], so a later Start
 // with the same dir sees the same databases. Only one server may use a
 // given dir at a time.
+//
+// The files hold users' documents: Start makes dir itself 0700 (an
+// existing dir open to its group or others is tightened) and its files
+// 0600, and Close makes the files SQLite created meanwhile 0600 (SQLite
+// creates them 0644 less the umask; the 0700 directory keeps others out
+// until then).
 func WithDataDir(dir string) Option {
 	return func(c *config) { c.dataDir = dir }
 }
@@ -93,8 +99,10 @@ func Start(ctx context.Context, opts ...Option) (*Server, error) {
 		}
 
 		dir, removeDir = tmp, true
-	} else if err := os.MkdirAll(dir, 0o750); err != nil {
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("embedded: create data directory: %w", err)
+	} else if err := privateDir(dir); err != nil {
+		return nil, err
 	}
 
 	cleanup := func() {
@@ -168,6 +176,10 @@ func Start(ctx context.Context, opts ...Option) (*Server, error) {
 		// SQLite backend. It always returns nil in v1.24.
 		err := f.Run(runCtx)
 
+		if !removeDir {
+			err = errors.Join(err, privateDir(dir))
+		}
+
 		if removeDir {
 			if rmErr := os.RemoveAll(dir); rmErr != nil {
 				err = errors.Join(err, fmt.Errorf("embedded: remove temporary data directory: %w", rmErr))
@@ -178,6 +190,37 @@ func Start(ctx context.Context, opts ...Option) (*Server, error) {
 	}()
 
 	return s, nil
+}
+
+// privateDir makes dir mode 0700 (if it is open to its group or others)
+// and the regular files in it 0600 (see WithDataDir).
+func privateDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("embedded: data directory: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, fi.Mode().Perm()&0o700); err != nil {
+			return fmt.Errorf("embedded: data directory: %w", err)
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("embedded: data directory: %w", err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || info.Mode().Perm()&0o077 == 0 {
+			continue
+		}
+		if err := os.Chmod(filepath.Join(dir, e.Name()), info.Mode().Perm()&0o600); err != nil {
+			return fmt.Errorf("embedded: data directory: %w", err)
+		}
+	}
+	return nil
 }
 
 // clientURI returns the URI clients should use for a server at hostPort.

@@ -1057,6 +1057,7 @@ func TestDataDirPersists(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "dlq.sqlite")); err != nil {
 			t.Errorf("after Close #%d: %v", round, err)
 		}
+		checkPrivate(t, dir)
 	}
 
 	s := startServer(t)
@@ -1300,4 +1301,58 @@ func BenchmarkInsertMany500(b *testing.B) {
 	}
 
 	b.ReportMetric(float64(b.N*len(docs))/b.Elapsed().Seconds(), "docs/s")
+}
+
+// checkPrivate: the data directory is 0700 and every file in it 0600 (they
+// hold users' documents). Before the change the directory was 0750 and
+// the SQLite files 0644.
+func checkPrivate(t *testing.T, dir string) {
+	t.Helper()
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("data directory mode %v, want 0700", fi.Mode().Perm())
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		info, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Mode().IsRegular() && info.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s: mode %v, want no access for group and others", e.Name(), info.Mode().Perm())
+		}
+	}
+}
+
+// TestDataDirTightened: an existing data directory open to others is
+// made 0700, and its files 0600, at Start.
+func TestDataDirTightened(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "notes.txt"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := embedded.Start(ctx, embedded.WithDataDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPrivate(t, dir)
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

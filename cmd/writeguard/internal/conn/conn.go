@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard/cmd/writeguard/embedded"
+	"github.com/writeguard/writeguard/cmd/writeguard/internal/redact"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 )
 
@@ -37,6 +37,10 @@ type Options struct {
 	// Script, when non-nil, puts a faultproxy running it between the
 	// client and the embedded server (embedded only).
 	Script *faultproxy.Script
+	// ProxyOptions are added to that faultproxy's options (e.g.
+	// faultproxy.WithSharded, faultproxy.WithLimits: the sharded bed);
+	// they need a Script.
+	ProxyOptions []faultproxy.Option
 }
 
 // Conn is an open client and, for the embedded server, the server and the
@@ -70,7 +74,8 @@ func Open(ctx context.Context, opts Options) (*Conn, error) {
 		}
 		c.srv, c.Kind, uri = srv, KindEmbedded, srv.URI()
 		if opts.Script != nil {
-			p, err := faultproxy.New(faultproxy.WithUpstream(srv.Addr()), faultproxy.WithScript(opts.Script))
+			popts := append([]faultproxy.Option{faultproxy.WithUpstream(srv.Addr()), faultproxy.WithScript(opts.Script)}, opts.ProxyOptions...)
+			p, err := faultproxy.New(popts...)
 			if err == nil {
 				err = p.Start(ctx)
 			}
@@ -82,7 +87,7 @@ func Open(ctx context.Context, opts Options) (*Conn, error) {
 			uri = p.URI() + "&retryWrites=false"
 		}
 	} else {
-		if opts.DataDir != "" || opts.Script != nil {
+		if opts.DataDir != "" || opts.Script != nil || len(opts.ProxyOptions) > 0 {
 			return nil, errors.New("conn: --data-dir and fault injection apply to the embedded server only")
 		}
 		c.Kind = KindMongoDB
@@ -103,7 +108,9 @@ func Open(ctx context.Context, opts Options) (*Conn, error) {
 			_ = client.Disconnect(context.Background())
 		}
 		c.closeServer()
-		return nil, fmt.Errorf("connect to %s: %w", redact(uri), err)
+		var sc redact.Scrubber
+		sc.AddURI(uri)
+		return nil, sc.Error(fmt.Errorf("connect to %s: %w", redact.URI(uri), err))
 	}
 	c.Client = client
 	return c, nil
@@ -138,15 +145,6 @@ func (c *Conn) closeServer() error {
 		errs = append(errs, c.srv.Close(ctx))
 	}
 	return errors.Join(errs...)
-}
-
-// redact hides a password in a URI.
-func redact(uri string) string {
-	u, err := url.Parse(uri)
-	if err != nil {
-		return "the server"
-	}
-	return u.Redacted()
 }
 
 // Counter counts started commands by name. Safe for concurrent use.

@@ -69,11 +69,19 @@ type Config struct {
 	// injected transient faults are then left unresolved, and the check
 	// fails.
 	MaxAttempts int
+	// Sharded runs the embedded server behind faultproxy presented as a
+	// mongos with two shards (ShardedLimits announced, shard failures
+	// after partial application among the faults: ShardedScript).
+	Sharded bool
 	// Finished, when not nil, is called with the result after the
 	// accounting, while the connection is still open: dlq is the
 	// dead-letter collection (the command observes its backlog there).
 	Finished func(ctx context.Context, res *Result, dlq *mongo.Collection)
 }
+
+// ShardedLimits are the handshake limits of the sharded demo: the driver
+// splits each 500-row InsertMany into commands of at most 100 documents.
+var ShardedLimits = faultproxy.Limits{MaxWriteBatchSize: 100}
 
 func (c *Config) defaults() {
 	if c.Batch <= 0 {
@@ -156,6 +164,11 @@ type Result struct {
 	DataDir      string  `json:"data_dir,omitempty"`
 	Interrupted  bool    `json:"interrupted,omitempty"`
 	FaultsActive bool    `json:"faults_active"`
+	// Sharded is true when the server was presented as a mongos
+	// (Config.Sharded); ChildBatches counts the commands each virtual
+	// shard got during the writes.
+	Sharded      bool             `json:"sharded,omitempty"`
+	ChildBatches map[string]int64 `json:"child_batches,omitempty"`
 }
 
 // Target is what the accounting read found in the target collection.
@@ -221,13 +234,20 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	dlqNS := cfg.Database + "." + cfg.DLQ
 
 	var script *faultproxy.Script
-	if cfg.URI == "" {
+	var popts []faultproxy.Option
+	switch {
+	case cfg.Sharded && cfg.URI != "":
+		return nil, errors.New("demo: the sharded bed is the embedded server's: drop --sharded or --uri")
+	case cfg.Sharded:
+		script, err = ShardedScript(ns, cfg.Seed, !cfg.NoFaults)
+		popts = []faultproxy.Option{faultproxy.WithSharded(faultproxy.Sharding{}), faultproxy.WithLimits(ShardedLimits)}
+	case cfg.URI == "":
 		script, err = Script(ns, cfg.Seed, !cfg.NoFaults)
-		if err != nil {
-			return nil, err
-		}
 	}
-	c, err := conn.Open(ctx, conn.Options{URI: cfg.URI, DataDir: cfg.DataDir, Script: script})
+	if err != nil {
+		return nil, err
+	}
+	c, err := conn.Open(ctx, conn.Options{URI: cfg.URI, DataDir: cfg.DataDir, Script: script, ProxyOptions: popts})
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +256,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res := &Result{
 		Seed: cfg.Seed, Server: c.Kind, Input: len(rows), Namespace: ns,
 		BatchSize: cfg.Batch, Workers: cfg.Workers, DataDir: cfg.DataDir,
-		FaultsActive: cfg.URI == "" && !cfg.NoFaults,
+		FaultsActive: cfg.URI == "" && !cfg.NoFaults, Sharded: cfg.Sharded,
 	}
 	db := c.Client.Database(cfg.Database)
 	setup, err := prepare(ctx, db, cfg, c.Kind)
@@ -354,6 +374,9 @@ func serverCounts(c *conn.Conn, ns, dlqNS string, res *Result) {
 	for k, n := range ps.Faults {
 		res.Faults[string(k)] = n
 	}
+	if res.Sharded {
+		res.ChildBatches = ps.ChildBatches
+	}
 }
 
 func round(x float64, digits int) float64 {
@@ -396,20 +419,40 @@ func (s *stats) retry(ev *hooks.Retry) {
 //
 // The choice for the n-th insert command depends only on seed and n.
 func Script(ns string, seed int64, faults bool) (*faultproxy.Script, error) {
+	return faultproxy.NewScript(scriptItems(ns, seed, faults, nil)...)
+}
+
+// ShardedScript is Script for the sharded demo (Config.Sharded): the same
+// schedule, with shard failures after partial application added after its
+// rates (so the other faults fall on the same commands as in Script):
+//
+//	2 %  one shard's child batch applies its first 20 rows, then its reply
+//	     is lost: 6 HostUnreachable on every row of that batch
+//	1 %  the second child batch is interrupted before it applies anything:
+//	     11602 InterruptedDueToReplStateChange on every row of that batch
+func ShardedScript(ns string, seed int64, faults bool) (*faultproxy.Script, error) {
+	return faultproxy.NewScript(scriptItems(ns, seed, faults, []faultproxy.Rate{
+		{P: 0.02, Fault: faultproxy.FailShard(0, 20, faultproxy.CommandError{Code: 6, CodeName: "HostUnreachable", Message: "Connection reset by peer"})},
+		{P: 0.01, Fault: faultproxy.FailShard(1, 0, faultproxy.CommandError{Code: 11602, CodeName: "InterruptedDueToReplStateChange", Message: "operation was interrupted"})},
+	})...)
+}
+
+func scriptItems(ns string, seed int64, faults bool, extra []faultproxy.Rate) []faultproxy.ScriptItem {
 	items := []faultproxy.ScriptItem{faultproxy.Validator(ns, Validator())}
 	if faults {
 		retryable := []string{"RetryableWriteError"}
-		items = append(items, faultproxy.On("insert").In(ns).Always().Do(faultproxy.RandomSchedule(seed,
-			faultproxy.Rate{P: 0.04, Fault: faultproxy.ErrorReply(faultproxy.CommandError{
+		rates := []faultproxy.Rate{
+			{P: 0.04, Fault: faultproxy.ErrorReply(faultproxy.CommandError{
 				Code: 189, CodeName: "PrimarySteppedDown", Message: "Primary stepped down while waiting for replication", Labels: retryable})},
-			faultproxy.Rate{P: 0.03, Fault: faultproxy.ErrorReply(faultproxy.CommandError{
+			{P: 0.03, Fault: faultproxy.ErrorReply(faultproxy.CommandError{
 				Code: 10107, CodeName: "NotWritablePrimary", Message: "not primary", Labels: retryable})},
-			faultproxy.Rate{P: 0.03, Fault: faultproxy.CloseAfterForward()},
-			faultproxy.Rate{P: 0.05, Fault: faultproxy.RejectDocuments(idEndsIn0, faultproxy.WriteError{
+			{P: 0.03, Fault: faultproxy.CloseAfterForward()},
+			{P: 0.05, Fault: faultproxy.RejectDocuments(idEndsIn0, faultproxy.WriteError{
 				Code: 112, Message: "WriteConflict error: this operation conflicted with another operation. Please retry your operation or multi-document transaction."})},
-		)))
+		}
+		items = append(items, faultproxy.On("insert").In(ns).Always().Do(faultproxy.RandomSchedule(seed, append(rates, extra...)...)))
 	}
-	return faultproxy.NewScript(items...)
+	return items
 }
 
 func idEndsIn0(doc bson.Raw) bool {
@@ -796,9 +839,10 @@ func checkTotals(misplaced []string, res *Result) {
 
 // truthProblems checks that the dispositions are true: a row reported not
 // stored whose _id is in the target (and that no other row stored) must be
-// flagged MaybeWritten; and, where the demo injected the faults (all of
-// them transient: stepdowns, lost replies, write conflicts), no row may
-// end failed, exhausted or unknown.
+// flagged MaybeWritten; a row reported conflict_skipped must share its _id
+// with another row; and, where the demo injected the faults (all of them
+// transient: stepdowns, lost replies, write conflicts, shard failures), no
+// row may end failed, exhausted or unknown.
 func truthProblems(rows []Row, out []rowOutcome, inTarget map[string]int, expected map[string]bool, res *Result) []string {
 	var problems, untrue []string
 	for i, o := range out {
@@ -809,6 +853,21 @@ func truthProblems(rows []Row, out []rowOutcome, inTarget map[string]int, expect
 	}
 	if len(untrue) > 0 {
 		problems = append(problems, fmt.Sprintf("%d rows reported not written are stored, e.g. %v", len(untrue), untrue[:min(5, len(untrue))]))
+	}
+	// A conflict needs another writer of the _id: a row no other row
+	// shares an _id with that ends conflict_skipped met its own write.
+	rowsOf := map[string]int{}
+	for _, r := range rows {
+		rowsOf[r.ID]++
+	}
+	var own []string
+	for i, o := range out {
+		if o.disp == writeguard.ConflictSkipped && rowsOf[rows[i].ID] == 1 {
+			own = append(own, fmt.Sprintf("line %d (_id %s, attempts %d, last code %d)", rows[i].Line, rows[i].ID, o.attempts, o.code))
+		}
+	}
+	if len(own) > 0 {
+		problems = append(problems, fmt.Sprintf("%d rows reported conflict_skipped share their _id with no other row: they met their own write, e.g. %v", len(own), own[:min(5, len(own))]))
 	}
 	if n := res.Failed + res.Exhausted + res.Unknown; res.FaultsActive && n > 0 {
 		problems = append(problems, fmt.Sprintf("%d rows ended failed (%d), exhausted (%d) or unknown (%d) although every injected fault is transient",

@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/mocks/faultproxy"
+)
+
+// dlEnvelope returns the envelope of a dead-lettered {_id, sku}.
+func dlEnvelope(t *testing.T, id int, sku string) envelope.Envelope {
+	t.Helper()
+	orig, err := bson.Marshal(dlDoc("_id", int32(id), "sku", sku))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	return envelope.Envelope{
+		Fingerprint: envelope.Fingerprint(orig, false), Original: orig,
+		DocumentID: bson.Raw(orig).Lookup("_id"), Code: 121, ErrMsg: "Document failed validation",
+		Namespace: "shop.orders", Operation: "insertMany", FirstSeen: now, LastSeen: now, Attempts: 1,
+	}
+}
+
+// TestDLSinkReestablishesDroppedIndexes: the dead-letter collection is
+// dropped while the application runs. The next Put finds the unique
+// fingerprint index gone, re-establishes it (and says so, in the log and
+// in Reestablished) before storing, so that recaptures still merge into
+// one envelope. Before the change the collection came back without any
+// index and, in insert-first mode, each recapture became a new envelope
+// (3 envelopes of one payload here), which a replay would write three
+// times.
+func TestDLSinkReestablishesDroppedIndexes(t *testing.T) {
+	b := newDLBed(t, nil)
+	var logged bytes.Buffer
+	sink := envelope.NewMongoSink(b.dlq, envelope.WithInsertFirst(),
+		envelope.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	env := dlEnvelope(t, 1, "A")
+	if err := sink.Put(b.ctx, []envelope.Envelope{env}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.dlq.Drop(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := sink.Put(b.ctx, []envelope.Envelope{env}); err != nil {
+			t.Fatalf("Put %d after the drop: %v", i, err)
+		}
+	}
+	if n := b.count(dlDLQ, bson.D{{Key: "fingerprint", Value: env.Fingerprint}}); n != 1 {
+		t.Errorf("%d envelopes of one payload after the drop, want 1", n)
+	}
+	if e := b.envelopes()[env.Fingerprint]; e.Attempts != 3 {
+		t.Errorf("attempts %d, want 3 (the captures after the drop)", e.Attempts)
+	}
+	if n := sink.Reestablished(); n != 1 {
+		t.Errorf("Reestablished() = %d, want 1", n)
+	}
+	if !strings.Contains(logged.String(), "re-established") || !strings.Contains(logged.String(), b.dbName+"."+dlDLQ) {
+		t.Errorf("log does not say so: %q", logged.String())
+	}
+	rep, err := envelope.EnsureCollection(b.ctx, b.ddb, dlDLQ)
+	if err != nil || rep.State(envelope.FeatureFingerprintIndex) != envelope.FeatureAlready {
+		t.Errorf("fingerprint index after the drop: %v %v", rep, err)
+	}
+}
+
+// TestDLSinkRefusesWithoutUniqueIndex: when the unique index cannot be
+// re-established (the recreated collection already holds two envelopes of
+// one fingerprint), Put stores nothing and says why (ErrIndexMissing).
+func TestDLSinkRefusesWithoutUniqueIndex(t *testing.T) {
+	b := newDLBed(t, nil)
+	if err := b.dlq.Drop(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	env := dlEnvelope(t, 1, "A")
+	doc, err := envelope.StoredDocument(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.dlq.InsertMany(b.ctx, []any{doc, doc}); err != nil {
+		t.Fatal(err)
+	}
+	sink := envelope.NewMongoSink(b.dlq, envelope.WithInsertFirst())
+	other := dlEnvelope(t, 2, "B")
+	err = sink.Put(b.ctx, []envelope.Envelope{other})
+	if !errors.Is(err, envelope.ErrIndexMissing) {
+		t.Fatalf("Put without the unique index: %v, want ErrIndexMissing", err)
+	}
+	if n := b.count(dlDLQ, bson.D{{Key: "fingerprint", Value: other.Fingerprint}}); n != 0 {
+		t.Errorf("%d envelopes stored by a refused Put", n)
+	}
+	if n := sink.Reestablished(); n != 0 {
+		t.Errorf("Reestablished() = %d after a failed re-establishment", n)
+	}
+}
+
+// TestDLSinkPutEachPartial: the DLQ refuses one envelope of a gathered Put
+// (through the proxy, a write error on its statement). PutEach confirms
+// the others, which are stored, and names the refused one; Put reports
+// the refusal. Before the change the sink could only fail the whole Put,
+// and every document of it was reported dead_letter_failed.
+func TestDLSinkPutEachPartial(t *testing.T) {
+	for _, insertFirst := range []bool{false, true} {
+		name := "upserts"
+		if insertFirst {
+			name = "insert-first"
+		}
+		t.Run(name, func(t *testing.T) {
+			b := newDLBed(t, nil)
+			envs := []envelope.Envelope{dlEnvelope(t, 1, "A"), dlEnvelope(t, 2, "B"), dlEnvelope(t, 3, "C")}
+			refused := envs[1].Fingerprint
+			match := func(doc bson.Raw) bool {
+				fp, _ := doc.Lookup("fingerprint").StringValueOK()
+				return fp == refused
+			}
+			we := faultproxy.WriteError{Code: 2, Message: "BadValue: refused by the test"}
+			b.proxy.SetScript(faultproxy.MustScript(
+				faultproxy.On("update").In(b.dbName+"."+dlDLQ).Always().Do(faultproxy.RejectDocuments(match, we)),
+				faultproxy.On("insert").In(b.dbName+"."+dlDLQ).Always().Do(faultproxy.RejectDocuments(match, we)),
+			))
+			var opts []envelope.SinkOption
+			if insertFirst {
+				opts = append(opts, envelope.WithInsertFirst())
+			}
+			sink := envelope.NewMongoSink(b.adb.Collection(dlDLQ), opts...)
+			errs := sink.PutEach(b.ctx, envs)
+			if errs[0] != nil || errs[2] != nil {
+				t.Errorf("stored envelopes reported failed: %v", errs)
+			}
+			if errs[1] == nil || !strings.Contains(errs[1].Error(), "refused by the test") {
+				t.Errorf("refused envelope: %v", errs[1])
+			}
+			got := b.envelopes()
+			for i, e := range envs {
+				if _, ok := got[e.Fingerprint]; ok != (i != 1) {
+					t.Errorf("envelope %d stored = %v", i, ok)
+				}
+			}
+			if err := sink.Put(b.ctx, envs); err == nil || !strings.Contains(err.Error(), "refused by the test") {
+				t.Errorf("Put: %v, want the refusal", err)
+			}
+			if got := b.envelopes(); got[envs[0].Fingerprint].Attempts != 2 {
+				t.Errorf("attempts of a stored envelope after the second Put: %d, want 2", got[envs[0].Fingerprint].Attempts)
+			}
+		})
+	}
+}

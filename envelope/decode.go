@@ -1,0 +1,195 @@
+package envelope
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// DecodeError is a stored envelope that cannot be decoded into an
+// Envelope: a field of the wrong BSON type (original a string, attempts a
+// string, first_seen a number: a hand-edited or foreign document), or a
+// document that is not valid BSON. It names the envelope (its _id) and
+// the field, never the field's value (an envelope holds users' data).
+//
+// Such an envelope is data, not a failure of the reader: Decode returns
+// this error for it alone, Stats counts it, and the writeguard command
+// lists, shows and discards it.
+type DecodeError struct {
+	// ID is the envelope's _id (Type 0 when it has none).
+	ID bson.RawValue
+	// Field is the stored name of the field that cannot be decoded
+	// ("attempts"); "" when the document itself is not valid BSON.
+	Field string
+	// Type is the BSON type the field holds (0 when Field is "").
+	Type bson.Type
+	// Want says what the field must hold ("a date").
+	Want string
+	// Err is the underlying error: the BSON validation error, or a
+	// type-mismatch error that holds no value.
+	Err error
+}
+
+// Error says which envelope and which field: "envelope _id
+// 65a1...: field attempts holds a BSON string; want a number".
+func (e *DecodeError) Error() string {
+	id := IDString(e.ID)
+	if e.Field == "" {
+		return fmt.Sprintf("envelope _id %s cannot be decoded: %v", id, e.Err)
+	}
+	return fmt.Sprintf("envelope _id %s cannot be decoded: field %s holds a BSON %s; want %s", id, e.Field, e.Type, e.Want)
+}
+
+// Unwrap returns Err.
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// ErrWrongType is the Err of a DecodeError for a field of the wrong BSON
+// type.
+var ErrWrongType = errors.New("envelope: field of the wrong BSON type")
+
+// maxIDString bounds IDString's result, in bytes.
+const maxIDString = 96
+
+// IDString renders an envelope's _id for messages: an ObjectID as its
+// hex, a string as itself, anything else as canonical Extended JSON; cut
+// to 96 bytes (with "...") so that a hostile _id cannot flood a message;
+// "(none)" when there is no _id.
+func IDString(id bson.RawValue) string {
+	var s string
+	switch id.Type {
+	case 0:
+		return "(none)"
+	case bson.TypeObjectID:
+		if oid, ok := id.ObjectIDOK(); ok {
+			return oid.Hex()
+		}
+	case bson.TypeString:
+		if v, ok := id.StringValueOK(); ok {
+			s = fmt.Sprintf("%q", v)
+		}
+	}
+	if s == "" {
+		if js, err := extJSONValue(id); err == nil {
+			s = string(js)
+		} else {
+			s = "(" + id.Type.String() + ")"
+		}
+	}
+	if len(s) > maxIDString {
+		s = validString([]byte(s[:maxIDString])) + "..."
+	}
+	return s
+}
+
+// Decode decodes a stored envelope (a document of the dead-letter
+// collection, as MongoSink writes it). A document whose field has the
+// wrong BSON type, or that is not valid BSON, gives a *DecodeError naming
+// its _id and the field (the first such field in document order); the
+// other envelopes of a batch are not affected. An original, errInfo or
+// call options kept as exact bytes (original_raw, ...) are read back into
+// Original, ErrInfo and CallOptions. Fields Envelope does not know are
+// ignored.
+func Decode(raw bson.Raw) (Envelope, error) {
+	var env Envelope
+	id, _ := raw.LookupErr("_id")
+	if err := raw.Validate(); err != nil {
+		return Envelope{}, &DecodeError{ID: validOrNone(id), Err: err}
+	}
+	err := bson.Unmarshal(raw, &env)
+	if err == nil {
+		if derr := decodeExact(raw, &env); derr != nil {
+			return Envelope{}, derr
+		}
+		return env, nil
+	}
+	if derr := findBadField(raw, id); derr != nil {
+		return Envelope{}, derr
+	}
+	return Envelope{}, &DecodeError{ID: id, Err: err}
+}
+
+func validOrNone(v bson.RawValue) bson.RawValue {
+	if v.Validate() != nil {
+		return bson.RawValue{}
+	}
+	return v
+}
+
+// findBadField decodes raw's known fields one by one and returns the
+// error of the first that fails.
+func findBadField(raw bson.Raw, id bson.RawValue) *DecodeError {
+	elems, err := raw.Elements()
+	if err != nil {
+		return &DecodeError{ID: validOrNone(id), Err: err}
+	}
+	fields := envelopeFields()
+	for _, el := range elems {
+		f, ok := fields[el.Key()]
+		if !ok {
+			continue
+		}
+		v := el.Value()
+		one, err := bson.Marshal(bson.D{{Key: el.Key(), Value: v}})
+		if err != nil {
+			return &DecodeError{ID: id, Field: el.Key(), Type: v.Type, Want: f.want, Err: ErrWrongType}
+		}
+		var env Envelope
+		if err := bson.Unmarshal(one, &env); err != nil {
+			return &DecodeError{ID: id, Field: el.Key(), Type: v.Type, Want: f.want, Err: ErrWrongType}
+		}
+	}
+	return nil
+}
+
+type fieldInfo struct{ want string }
+
+var (
+	fieldsOnce sync.Once
+	fieldsMap  map[string]fieldInfo
+)
+
+// envelopeFields maps each stored field name of Envelope to what it must
+// hold, from the struct's bson tags.
+func envelopeFields() map[string]fieldInfo {
+	fieldsOnce.Do(func() {
+		fieldsMap = map[string]fieldInfo{}
+		t := reflect.TypeFor[Envelope]()
+		for i := 0; i < t.NumField(); i++ {
+			sf := t.Field(i)
+			name, _, _ := strings.Cut(sf.Tag.Get("bson"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			fieldsMap[name] = fieldInfo{want: wantOf(sf.Type)}
+		}
+	})
+	return fieldsMap
+}
+
+// wantOf describes the BSON a Go field type decodes from.
+func wantOf(t reflect.Type) string {
+	switch {
+	case t == reflect.TypeFor[bson.Raw]():
+		return "an embedded document"
+	case t == reflect.TypeFor[time.Time]():
+		return "a date"
+	case t == reflect.TypeFor[bson.RawValue]():
+		return "any value"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int32, reflect.Int64:
+		return "a whole number (int32, int64, or a double without fraction)"
+	case reflect.Slice:
+		return "an array of " + strings.TrimPrefix(wantOf(t.Elem()), "a ") + "s"
+	}
+	return "a " + t.String()
+}

@@ -1,0 +1,162 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard/envelope"
+)
+
+// DiscardResult is what Discard did.
+type DiscardResult struct {
+	// Discarded is the number of envelopes marked discarded.
+	Discarded int64
+	// Busy is the number of selected envelopes a replay held (a live
+	// lease): not discarded. The replay decides them; discard them after
+	// it ended, if they are still pending.
+	Busy int64
+	// BusyIDs are the _ids of up to 100 of them.
+	BusyIDs []bson.RawValue
+}
+
+// discardLease is how long Discard holds the envelopes it claims: long
+// enough for its one update.
+const discardLease = time.Minute
+
+// Discard marks the envelopes of dlq that f selects (pending ones when f
+// lists no status) as given up, as envelope.Discard does, but agreeing
+// with the replays that may be running: it claims each envelope with a
+// lease in the lease collection (the DLQ's name + LeaseCollectionSuffix,
+// or WithLeaseCollection; WithBatchSize sets how many per claim), and
+// marks only the envelopes it claimed. An envelope a replay holds is not
+// discarded but counted Busy: the replay writes it or records why not,
+// and the operator sees that the discard did not take. A replay that
+// claims an envelope after Discard marked it no longer selects it. So of
+// a discard and a replay racing for one envelope, one wins, and the
+// result says which: never "discarded" followed by a write.
+//
+// Options other than WithBatchSize, WithLeaseCollection and WithOwner
+// are ignored. It returns envelope.ErrEmptyFilter for a zero f, f's
+// error (wrapping envelope.ErrBadFilter), or the driver's, with what it
+// had done.
+func Discard(ctx context.Context, dlq *mongo.Collection, f envelope.Filter, opts ...Option) (DiscardResult, error) {
+	var res DiscardResult
+	if dlq == nil {
+		return res, errors.New("replay: Discard: nil dead-letter collection (dlq)")
+	}
+	if f.IsZero() {
+		return res, envelope.ErrEmptyFilter
+	}
+	cfg := newConfig(opts)
+	if len(cfg.errs) > 0 {
+		return res, errors.Join(cfg.errs...)
+	}
+	if cfg.leases == nil {
+		cfg.leases = dlq.Database().Collection(dlq.Name() + LeaseCollectionSuffix)
+	}
+	if cfg.owner == "" {
+		cfg.owner = "discard-" + randomID()
+	}
+	cfg.run = "discard-" + randomID()
+	cfg.lease = discardLease
+	q, err := f.WithDefaultStatus(envelope.StatusPending).Query(cfg.now())
+	if err != nil {
+		return res, err
+	}
+	q = bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "status", Value: bson.D{{Key: "$ne", Value: envelope.StatusDiscarded}}}}}}}
+	r := &runner{cfg: cfg, dlq: dlq, owner: cfg.owner}
+	var last bson.RawValue
+	for {
+		page := q
+		if last.Type != 0 {
+			page = bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: last}}}}}}}
+		}
+		ids, err := r.candidates(ctx, page, cfg.batch)
+		if err != nil || len(ids) == 0 {
+			return res, err
+		}
+		last = ids[len(ids)-1]
+		n, busy, err := r.discardBatch(ctx, q, ids)
+		res.Discarded += n
+		res.Busy += int64(len(busy))
+		for _, id := range busy {
+			if len(res.BusyIDs) < maxProblems {
+				res.BusyIDs = append(res.BusyIDs, id)
+			}
+		}
+		if err != nil || len(ids) < cfg.batch {
+			return res, err
+		}
+	}
+}
+
+// discardBatch claims ids, marks those it claimed that q still selects
+// discarded, and releases its leases. It returns the count marked and the
+// _ids of the envelopes held by a replay.
+func (r *runner) discardBatch(ctx context.Context, q bson.D, ids []bson.RawValue) (int64, []bson.RawValue, error) {
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = leaseKey(id)
+	}
+	states, err := r.leaseStates(ctx, keys)
+	if err != nil {
+		return 0, nil, err
+	}
+	now := r.cfg.now().UTC().Truncate(time.Millisecond)
+	var docs []any
+	var tried []Lease
+	var busy []bson.RawValue
+	for i, k := range keys {
+		st, ok := states[k]
+		if ok && st.until.After(now) {
+			busy = append(busy, ids[i])
+			continue
+		}
+		l := Lease{Key: k, EnvelopeID: ids[i], Owner: r.owner, Run: r.cfg.run, ClaimedAt: now, Until: now.Add(r.cfg.lease)}
+		if ok {
+			l.N = st.n + 1
+		}
+		l.ID = fmt.Sprintf("%s.%d", k, l.N)
+		docs = append(docs, l)
+		tried = append(tried, l)
+	}
+	won, _, err := r.insertLeases(ctx, docs, tried)
+	if err != nil {
+		return 0, busy, err
+	}
+	wonKey := map[string]bool{}
+	in := bson.A{}
+	for _, l := range won {
+		wonKey[l.Key] = true
+		in = append(in, l.EnvelopeID)
+	}
+	for _, l := range tried {
+		if !wonKey[l.Key] {
+			busy = append(busy, l.EnvelopeID)
+		}
+	}
+	if len(won) == 0 {
+		return 0, busy, nil
+	}
+	defer r.release(ctx, leaseIDs(won))
+	var n int64
+	err = retry(ctx, func() error {
+		res, err := r.dlq.UpdateMany(ctx, bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: envelope.StatusDiscarded}, {Key: "discarded_at", Value: now}}}},
+			options.UpdateMany())
+		if err == nil {
+			n = res.ModifiedCount
+		}
+		return err
+	})
+	if err != nil {
+		return 0, busy, fmt.Errorf("replay: discard: %w", err)
+	}
+	return n, busy, nil
+}
