@@ -188,3 +188,18 @@ func TestRetryDelayHistogram(t *testing.T) {
 		t.Errorf("%s: count %d sum %v, want 2 retries summing to the attempts' backoffs %v", otelhook.MetricRetryDelay, count, sum, want)
 	}
 }
+
+// TestInputAttempts: writeguard.input.attempts records how many times each
+// input was sent: two documents retried once after a stepdown give a
+// count of 2 and a sum of 4 (2 attempts per document).
+func TestInputAttempts(t *testing.T) {
+	hx := newHarness(t)
+	g := hx.guard(t, mocks.NewFake("shop.orders").Script(mocks.Reply(stepdown)))
+	if _, err := g.InsertMany(bg, []bson.D{{{Key: "qty", Value: 1}}, {{Key: "qty", Value: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	count, sum := histogram(t, hx.collect(t), otelhook.MetricInputAttempts, map[string]string{"db.collection.name": "orders"})
+	if count != 2 || sum != 4 {
+		t.Errorf("%s: count %d sum %v, want 2 inputs sent 4 times", otelhook.MetricInputAttempts, count, sum)
+	}
+}

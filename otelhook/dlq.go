@@ -46,9 +46,9 @@ type DLQObserver struct {
 // gauges of the meter provider (WithMeterProvider):
 //
 //   - writeguard.dlq.envelopes (gauge, {envelope}): envelopes by
-//     writeguard.envelope.status (pending, replayed, discarded, and any
-//     other status stored); a status seen once is reported, as 0, after
-//     its last envelope is gone.
+//     writeguard.envelope.status (every status of envelope.Statuses —
+//     pending, replayed, discarded, quarantined — always, 0 when none, and
+//     any other status stored, kept at 0 once its last envelope is gone).
 //   - writeguard.dlq.pending (gauge, {envelope}): pending envelopes by
 //     writeguard.failing_keyword (the envelope's failing_keywords; an
 //     envelope with two keywords counts under each), 0 for a keyword no
@@ -82,8 +82,11 @@ func ObserveDLQ(ctx context.Context, dlq *mongo.Collection, opts ...Option) (*DL
 			keyDBNamespace.String(dlq.Database().Name()),
 			keyDBCollectionName.String(dlq.Name()),
 		},
-		byStatus: map[string]int64{envelope.StatusPending: 0, envelope.StatusReplayed: 0, envelope.StatusDiscarded: 0},
+		byStatus: map[string]int64{},
 		keywords: map[string]int64{},
+	}
+	for _, st := range envelope.Statuses {
+		o.byStatus[st] = 0
 	}
 	if err := o.poll(ctx); err != nil {
 		return nil, err

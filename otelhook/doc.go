@@ -169,6 +169,9 @@
 //     a transaction have no dispositions.
 //   - writeguard.call.attempts (histogram, {attempt}; buckets 1, 2, 3, 4,
 //     5, 7, 10, 20, 50): driver calls per guarded call.
+//   - writeguard.input.attempts (histogram, {attempt}; the same buckets):
+//     times each input was sent (0 for not_attempted), recorded when its
+//     call ends; its sum over its count is attempts per document.
 //   - writeguard.unclassified (counter, {failure}): failures no classifier
 //     rule matched, with db.response.status_code — one per input, or per
 //     call inside a transaction. Such failures are never retried; this
@@ -197,7 +200,8 @@
 //
 // Through the OpenTelemetry Prometheus exporter these become
 // writeguard_call_inputs_total, writeguard_call_duration_seconds,
-// writeguard_call_attempts, writeguard_retry_delay_seconds,
+// writeguard_call_attempts, writeguard_input_attempts,
+// writeguard_retry_delay_seconds,
 // writeguard_unclassified_total, writeguard_budget_exhausted_total,
 // writeguard_dead_letter_flood_total, writeguard_dlq_envelopes,
 // writeguard_dlq_pending, writeguard_dlq_oldest_pending_age_seconds and

@@ -26,6 +26,10 @@ const (
 	// MetricCallAttempts is the number of driver calls per guarded call
 	// (histogram, unit "{attempt}").
 	MetricCallAttempts = "writeguard.call.attempts"
+	// MetricInputAttempts is the number of times each input document or
+	// write model was sent, recorded when its call ends (histogram, unit
+	// "{attempt}").
+	MetricInputAttempts = "writeguard.input.attempts"
 	// MetricCallInputs counts input documents or write models by terminal
 	// disposition (counter, unit "{input}").
 	MetricCallInputs = "writeguard.call.inputs"
@@ -124,8 +128,8 @@ const (
 // Instruments lists the name of every instrument the hooks New returns
 // create.
 func Instruments() []string {
-	return []string{MetricCallDuration, MetricCallAttempts, MetricCallInputs, MetricUnclassified, MetricBudgetExhausted,
-		MetricRetryDelay, MetricDeadLetterFlood}
+	return []string{MetricCallDuration, MetricCallAttempts, MetricInputAttempts, MetricCallInputs, MetricUnclassified,
+		MetricBudgetExhausted, MetricRetryDelay, MetricDeadLetterFlood}
 }
 
 // BacklogInstruments lists the name of every instrument of the dead-letter

@@ -83,6 +83,7 @@ type handler struct {
 	duration     metric.Float64Histogram
 	inputs       metric.Int64Counter
 	attempts     metric.Int64Histogram
+	inputTries   metric.Int64Histogram
 	unclassified metric.Int64Counter
 	budget       metric.Int64Counter
 	retryDelay   metric.Float64Histogram
@@ -111,6 +112,10 @@ func newHandler(c *config) (*handler, error) {
 	err = errors.Join(err, e)
 	h.attempts, e = m.Int64Histogram(MetricCallAttempts,
 		metric.WithDescription("Driver calls made per guarded write call."),
+		metric.WithUnit("{attempt}"), metric.WithExplicitBucketBoundaries(attemptBuckets...))
+	err = errors.Join(err, e)
+	h.inputTries, e = m.Int64Histogram(MetricInputAttempts,
+		metric.WithDescription("Times each input document or write model was sent (0 for one never sent)."),
 		metric.WithUnit("{attempt}"), metric.WithExplicitBucketBoundaries(attemptBuckets...))
 	err = errors.Join(err, e)
 	h.unclassified, e = m.Int64Counter(MetricUnclassified,
@@ -151,8 +156,9 @@ type opState struct {
 	span  trace.Span
 	attrs []attribute.KeyValue // metric attributes of the call
 
-	mu   sync.Mutex
-	disp map[dispKey]int64 // dispositions seen, recorded at the end
+	mu    sync.Mutex
+	disp  map[dispKey]int64 // dispositions seen, recorded at the end
+	tries map[int]int64     // inputs per number of attempts, recorded at the end
 }
 
 // step is an attempt or a dead-letter hand-off: its span and the call it
@@ -444,10 +450,15 @@ func (h *handler) disposition(ctx context.Context, ev *hooks.Disposition) {
 			st.disp = map[dispKey]int64{}
 		}
 		st.disp[k]++
+		if st.tries == nil {
+			st.tries = map[int]int64{}
+		}
+		st.tries[ev.Attempts]++
 		st.mu.Unlock()
 		return
 	}
 	h.inputs.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(dispAttrs(metricAttrs(ev.Op), k)...))
+	h.inputTries.Record(context.WithoutCancel(ctx), int64(ev.Attempts), metric.WithAttributes(metricAttrs(ev.Op)...))
 }
 
 func dispAttrs(base []attribute.KeyValue, k dispKey) []attribute.KeyValue {
@@ -475,10 +486,12 @@ func (h *handler) operationFinished(ctx context.Context, ev *hooks.OperationEnd)
 	st := h.opFrom(ctx)
 	var base []attribute.KeyValue
 	var disp map[dispKey]int64
+	var tries map[int]int64
 	if st != nil {
 		base = st.attrs
 		st.mu.Lock()
 		disp, st.disp = st.disp, nil
+		tries, st.tries = st.tries, nil
 		st.mu.Unlock()
 	} else {
 		base = metricAttrs(ev.Op)
@@ -502,6 +515,14 @@ func (h *handler) operationFinished(ctx context.Context, ev *hooks.OperationEnd)
 	h.attempts.Record(mctx, int64(ev.Attempts), metric.WithAttributes(with(base)...))
 	for k, n := range disp {
 		h.inputs.Add(mctx, n, metric.WithAttributes(dispAttrs(base, k)...))
+	}
+	if len(tries) > 0 {
+		opt := metric.WithAttributes(with(base)...)
+		for a, n := range tries {
+			for range n {
+				h.inputTries.Record(mctx, int64(a), opt)
+			}
+		}
 	}
 
 	if st == nil {

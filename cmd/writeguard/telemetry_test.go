@@ -217,8 +217,8 @@ func TestPrometheusScrapesDemo(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if n := strings.Count(string(body), `"type":"alerting"`); n != 7 {
-		t.Errorf("Prometheus loaded %d alerting rules, want 7: %s", n, body)
+	if n := strings.Count(string(body), `"type":"alerting"`); n != 8 {
+		t.Errorf("Prometheus loaded %d alerting rules, want 8: %s", n, body)
 	}
 
 	// Every dashboard query returns data.
