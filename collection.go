@@ -106,6 +106,7 @@ func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 		Logger: cfg.logger, Clock: cfg.clock,
 		ThrottledAttempts: cfg.throttledAttempts, UpsertRetries: cfg.upsertRetries,
 		AllowUnacked: cfg.allowUnacked, Reader: t, Report: newReport,
+		Settled: cfg.breaker.settled(g.Namespace(), cfg.logger, cfg.clock), // breaker.go
 	})
 	return g, nil
 }

@@ -38,6 +38,7 @@ type config struct {
 	throttledAttempts int
 	upsertRetries     int
 	allowUnacked      bool
+	breaker           *breaker // WithDeadLetterBreaker; nil: off
 	errs              []error
 }
 

@@ -171,8 +171,13 @@ func (r *Report) Counts() map[Disposition]int {
 }
 
 // Handled reports whether every input reached a handled disposition (see
-// policy.Disposition.Handled).
+// policy.Disposition.Handled) and the call did not dead-letter while the
+// dead-letter flood breaker was open (WithDeadLetterBreaker: then it is
+// false, and the Report carries a *FloodError).
 func (r *Report) Handled() bool {
+	if r.flood() != nil {
+		return false
+	}
 	for i := range r.Outcomes {
 		if !r.Outcomes[i].Disposition.Handled() {
 			return false
@@ -214,6 +219,9 @@ func (r *Report) Error() string {
 	}
 	if r.Hint != "" {
 		fmt.Fprintf(&b, "; %s", r.Hint)
+	}
+	if fe := r.flood(); fe != nil {
+		fmt.Fprintf(&b, "; not handled: dead-letter flood breaker open (%.0f%% of %d documents in %v)", 100*fe.Share, fe.Documents, fe.Window)
 	}
 	if fs := policy.Extract(r.Err); len(fs) > 0 {
 		fmt.Fprintf(&b, "; last error: %s", engine.FailureKind(&fs[0]))
@@ -257,8 +265,9 @@ func (r *Report) failureKinds() []string {
 // errors"): the server error code of the first input that did not end in a
 // handled disposition ("11000"), else that failure's class ("transient",
 // hooks.ErrorType), else that input's disposition when it has no failure
-// ("not_attempted"). It returns "" for a nil Report and for one whose
-// inputs are all handled. It never returns error text or a Go type name.
+// ("not_attempted"); "dead_letter_flood" when every input is handled but
+// the flood breaker made the call not Handled. It returns "" for a nil
+// Report and for a handled one. It never returns error text or a Go type name.
 func (r *Report) ErrorType() string {
 	if r == nil {
 		return ""
@@ -272,6 +281,9 @@ func (r *Report) ErrorType() string {
 			return hooks.ErrorType(o.Failure.Code, o.Class)
 		}
 		return string(o.Disposition)
+	}
+	if r.flood() != nil {
+		return "dead_letter_flood"
 	}
 	return ""
 }
@@ -306,6 +318,12 @@ func (r *Report) Unwrap() []error {
 // nil, or it is (or wraps) a *Report whose every input reached a handled
 // disposition (written, already_written, dead_lettered, or a conflict
 // handler's "conflict_<verb>" resolution). Any other error is not handled.
+//
+// While a dead-letter flood breaker is open (WithDeadLetterBreaker, off by
+// default), a call that dead-letters is not handled: its documents are in
+// the sink, but the share of dead letters says something upstream broke;
+// errors.Is(err, ErrDeadLetterFlood) is then true and errors.As reaches
+// the *FloodError with the share (DESIGN.md, semantics 8).
 func Handled(err error) bool {
 	if err == nil {
 		return true

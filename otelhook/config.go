@@ -25,6 +25,8 @@ type config struct {
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 	logger         *slog.Logger
+	spanKind       trace.SpanKind       // of the operation span
+	pollInterval   time.Duration        // ObserveDLQ
 	server         []attribute.KeyValue // server.address, server.port
 	now            func() time.Time     // rate limit of log records (tests replace it)
 }
@@ -32,7 +34,7 @@ type config struct {
 // newConfig applies opts over the defaults: the global tracer and meter
 // providers, a logger that discards everything, no server attributes.
 func newConfig(opts ...Option) *config {
-	c := &config{now: time.Now}
+	c := &config{now: time.Now, spanKind: trace.SpanKindClient, pollInterval: DefaultPollInterval}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(c)
@@ -94,4 +96,35 @@ func WithServerAddress(host string, port int) Option {
 			c.server = append(c.server, keyServerPort.Int(port))
 		}
 	})
+}
+
+// WithSpanKind sets the kind of the operation span (one per guarded call).
+// Default: trace.SpanKindClient, as the MongoDB drivers' OpenTelemetry
+// specification makes its operation span ("Operation Span Kind: MUST be
+// client"), with the driver's command spans, also client, nested under it.
+//
+// Backends that derive database metrics (call rates, latencies, service
+// maps) from client spans count such a call twice: once for writeguard's
+// span and once per command span under it. Where the driver's command
+// spans are recorded too and the backend double-counts, pass
+// trace.SpanKindInternal: the operation span then describes writeguard's
+// work (retries, backoff, dead-lettering) and the command spans alone are
+// the database calls. Kinds other than client and internal are ignored.
+func WithSpanKind(kind trace.SpanKind) Option {
+	return optionFunc(func(c *config) {
+		if kind == trace.SpanKindClient || kind == trace.SpanKindInternal {
+			c.spanKind = kind
+		}
+	})
+}
+
+// DefaultPollInterval is how often ObserveDLQ reads the dead-letter
+// collection.
+const DefaultPollInterval = 30 * time.Second
+
+// WithPollInterval sets how often ObserveDLQ reads the dead-letter
+// collection (d ≥ 1 s; shorter values are raised to 1 s). Default
+// DefaultPollInterval. New ignores it.
+func WithPollInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.pollInterval = max(d, time.Second) })
 }

@@ -2,7 +2,9 @@
 // spans and metrics. New returns a hooks.Hooks; pass it to
 // writeguard.WithHooks and every guarded InsertOne, InsertMany and
 // BulkWrite is traced as one client span with a child span per attempt
-// and per dead-letter hand-off, and measured by the metrics below. The
+// and per dead-letter hand-off, and measured by the metrics below.
+// ObserveDLQ measures a dead-letter collection's backlog, and
+// ReplayRecorder what replays did. The
 // attempt span is in the context writeguard hands to the driver, so the
 // driver's own command spans (otelmongo, or any CommandMonitor that reads
 // the context) nest under the attempt that sent them.
@@ -20,11 +22,57 @@
 // Every name below is in names.go, the one place the package spells
 // them; CHANGELOG.md maps the names of earlier releases to these.
 //
+// # Conventions, and where each comes from
+//
+// Where the database semantic conventions (schema 1.43.0), the MongoDB
+// drivers' OpenTelemetry specification (mongodb/specifications,
+// source/open-telemetry/open-telemetry.md) and what backends do disagree,
+// the drivers' specification decides the shape of the tree and the
+// semantic conventions decide names and attributes:
+//
+//   - Span name: "<db.operation.name> <db.collection.name>" ("insert
+//     orders") — the semantic conventions' span name for a database call
+//     ("{db.operation.name} {target}", database-spans.md, "Name"), so the
+//     name and db.operation.name agree. The drivers' specification writes
+//     the target as "<db>.<collection>" ("Operation Span Name"); the
+//     conventions' target is the collection, and db.namespace carries the
+//     database. The driver method (insertMany) is writeguard.method.
+//   - Kind: client, with the driver's command spans (also client) nested
+//     under it — the drivers' specification: "Operation Span Kind: MUST
+//     be client"; command spans "MUST be nested to the span for the
+//     corresponding driver operation", one per retry. Backends that derive
+//     database call metrics from client spans (service maps, RED
+//     dashboards) then count a call once for writeguard's span and once
+//     per command span under it: WithSpanKind(trace.SpanKindInternal)
+//     makes writeguard's span internal where that double count matters.
+//     Attempt and dead-letter spans are internal: writeguard's own steps.
+//   - db.operation.batch.size: only for a batch as the conventions define
+//     it ("Operations are only considered batches when they contain two or
+//     more operations", attribute registry, db.operation.batch.size): a
+//     bulkWrite of two or more write models. An InsertMany is one insert
+//     command carrying many documents: one operation, no batch size.
+//   - Error status: only a call writeguard did not handle — its error is
+//     not nil and writeguard.Handled(err) is false — gets status Error and
+//     error.type (semantic conventions, "Recording errors": an error the
+//     instrumented code handles is not the span's error). dead_lettered,
+//     already_written and a conflict handler's conflict_<verb> are
+//     handled: no error status, no error.type. An attempt whose failures
+//     are verdicts on documents (class invalid or conflict: 121, 11000
+//     write errors in a reply the server sent with ok: 1, whose driver
+//     command span succeeds) has no error status either; an attempt that
+//     failed transiently or with an unknown code has.
+//   - A call that dead-letters while writeguard's dead-letter flood
+//     breaker is open (writeguard.WithDeadLetterBreaker) is not handled:
+//     status Error, error.type "dead_letter_flood" when nothing else is
+//     unhandled, writeguard.flood_breaker.open = true and
+//     writeguard.flood_breaker.share (the window's dead-lettered share),
+//     a point of writeguard.dead_letter.flood, and a Warn log record at
+//     most once a minute.
+//
 // Operation span, one per guarded call, from OperationStarted to
-// OperationFinished: named "<writeguard.method> <db.collection.name>"
-// ("insertMany orders": the driver's command span under it is "insert
-// orders"), kind client, with the stable database semantic conventions
-// (schema 1.43.0):
+// OperationFinished: named "<db.operation.name> <db.collection.name>"
+// ("insert orders"), kind client (WithSpanKind), with the stable database
+// semantic conventions (schema 1.43.0):
 //
 //   - db.system.name = "mongodb", db.namespace (the database name, when
 //     known), db.collection.name, db.operation.name: the server command,
@@ -35,7 +83,7 @@
 //     hooks.Operation.CommandName);
 //   - writeguard.method: the driver method called (insertOne,
 //     insertMany, bulkWrite);
-//   - db.operation.batch.size, only when the call has 2 or more inputs;
+//   - db.operation.batch.size, only for a bulkWrite of 2 or more models;
 //   - server.address and server.port, only with WithServerAddress;
 //   - writeguard.attempts (driver calls made), writeguard.retries (those
 //     made after a backoff), writeguard.dead_lettered (inputs stored in a
@@ -71,15 +119,16 @@
 //
 // Attempt span, a child of the operation span per driver call, from
 // AttemptStarted to AttemptFinished: named "<operation span name>
-// attempt" ("insertMany orders attempt"; the attempt number is an
+// attempt" ("insert orders attempt"; the attempt number is an
 // attribute, to keep span names low-cardinality), kind internal, with
 // writeguard.attempt (from 1), writeguard.documents (documents or models
 // sent) and writeguard.backoff (the backoff waited before it, in seconds,
 // a double; 0 for the first). A failed attempt adds
 // db.response.status_code (when the first failure has a code),
 // writeguard.class, writeguard.failures (the number of failures in the
-// reply) and error.type, and has status Error — even when writeguard then
-// handles every document; the operation span says whether the call
+// reply); unless its class is invalid or conflict (verdicts writeguard
+// routes to the dead-letter sink or the conflict handler), it also has
+// error.type and status Error. The operation span says whether the call
 // failed. A call inside a transaction has no attempt span: writeguard
 // makes its one driver call before it reports anything.
 //
@@ -120,6 +169,9 @@
 //     a transaction have no dispositions.
 //   - writeguard.call.attempts (histogram, {attempt}; buckets 1, 2, 3, 4,
 //     5, 7, 10, 20, 50): driver calls per guarded call.
+//   - writeguard.input.attempts (histogram, {attempt}; the same buckets):
+//     times each input was sent (0 for not_attempted), recorded when its
+//     call ends; its sum over its count is attempts per document.
 //   - writeguard.unclassified (counter, {failure}): failures no classifier
 //     rule matched, with db.response.status_code — one per input, or per
 //     call inside a transaction. Such failures are never retried; this
@@ -128,6 +180,34 @@
 //   - writeguard.budget.exhausted (counter, {refusal}): retries the retry
 //     budget refused, with db.response.status_code of the failure that
 //     asked; plus a Warn log record at most once a minute.
+//   - writeguard.retry.delay (histogram, s; buckets 0.005 to 30): each
+//     scheduled backoff wait, with writeguard.class and
+//     db.response.status_code of the failure that caused the retry.
+//   - writeguard.dead_letter.flood (counter, {call}): calls that
+//     dead-lettered while the dead-letter flood breaker was open.
+//
+// The backlog (ObserveDLQ, one poller per dead-letter collection, and
+// ReplayRecorder), with db.system.name, db.namespace and
+// db.collection.name of the dead-letter collection:
+//
+//   - writeguard.dlq.envelopes (gauge, {envelope}) by
+//     writeguard.envelope.status;
+//   - writeguard.dlq.pending (gauge, {envelope}) by
+//     writeguard.failing_keyword;
+//   - writeguard.dlq.oldest_pending.age (gauge, s);
+//   - writeguard.replay.envelopes (counter, {envelope}) by
+//     writeguard.replay.outcome.
+//
+// Through the OpenTelemetry Prometheus exporter these become
+// writeguard_call_inputs_total, writeguard_call_duration_seconds,
+// writeguard_call_attempts, writeguard_input_attempts,
+// writeguard_retry_delay_seconds,
+// writeguard_unclassified_total, writeguard_budget_exhausted_total,
+// writeguard_dead_letter_flood_total, writeguard_dlq_envelopes,
+// writeguard_dlq_pending, writeguard_dlq_oldest_pending_age_seconds and
+// writeguard_replay_envelopes_total (dots to underscores, _total on
+// counters, _seconds for unit s, nothing for a unit in braces);
+// deploy/prometheus/alerts.yml alerts on them.
 //
 // Attribute values come from bounded sets: names, codes, classes,
 // dispositions. No document _id or other per-document value is recorded.

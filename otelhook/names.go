@@ -26,6 +26,10 @@ const (
 	// MetricCallAttempts is the number of driver calls per guarded call
 	// (histogram, unit "{attempt}").
 	MetricCallAttempts = "writeguard.call.attempts"
+	// MetricInputAttempts is the number of times each input document or
+	// write model was sent, recorded when its call ends (histogram, unit
+	// "{attempt}").
+	MetricInputAttempts = "writeguard.input.attempts"
 	// MetricCallInputs counts input documents or write models by terminal
 	// disposition (counter, unit "{input}").
 	MetricCallInputs = "writeguard.call.inputs"
@@ -35,6 +39,27 @@ const (
 	// MetricBudgetExhausted counts retries the retry budget refused
 	// (counter, unit "{refusal}").
 	MetricBudgetExhausted = "writeguard.budget.exhausted"
+	// MetricRetryDelay is the backoff wait before each retry, as
+	// scheduled, in seconds (histogram, unit "s").
+	MetricRetryDelay = "writeguard.retry.delay"
+	// MetricDeadLetterFlood counts calls that dead-lettered while the
+	// dead-letter flood breaker was open, and so are not handled
+	// (counter, unit "{call}").
+	MetricDeadLetterFlood = "writeguard.dead_letter.flood"
+	// MetricDLQEnvelopes is the number of envelopes in a dead-letter
+	// collection by status (gauge, unit "{envelope}"; ObserveDLQ).
+	MetricDLQEnvelopes = "writeguard.dlq.envelopes"
+	// MetricDLQPendingKeyword is the number of pending envelopes in a
+	// dead-letter collection by failing keyword (gauge, unit
+	// "{envelope}"; ObserveDLQ).
+	MetricDLQPendingKeyword = "writeguard.dlq.pending"
+	// MetricDLQOldestPendingAge is the age of the oldest pending envelope
+	// of a dead-letter collection, in seconds (gauge, unit "s";
+	// ObserveDLQ).
+	MetricDLQOldestPendingAge = "writeguard.dlq.oldest_pending.age"
+	// MetricReplayEnvelopes counts envelopes a replay run tried, by
+	// outcome (counter, unit "{envelope}"; ReplayRecorder).
+	MetricReplayEnvelopes = "writeguard.replay.envelopes"
 )
 
 // writeguard attribute keys.
@@ -59,6 +84,18 @@ const (
 	keyFailures  = attribute.Key("writeguard.failures")
 	keyEnvelopes = attribute.Key("writeguard.envelopes")
 	keyFallback  = attribute.Key("writeguard.fallback")
+	// keyFlood is true on the operation span of a call that dead-lettered
+	// while the dead-letter flood breaker was open; keyFloodShare is the
+	// breaker window's dead-lettered share then (a double in [0, 1]).
+	// (Not writeguard.dead_letter.flood.*: that is the instrument's name.)
+	keyFlood      = attribute.Key("writeguard.flood_breaker.open")
+	keyFloodShare = attribute.Key("writeguard.flood_breaker.share")
+	// keyEnvelopeStatus is an envelope's status (pending, replayed,
+	// discarded, ...); keyFailingKeyword one of its failing_keywords;
+	// keyReplayOutcome what a replay did with an envelope.
+	keyEnvelopeStatus = attribute.Key("writeguard.envelope.status")
+	keyFailingKeyword = attribute.Key("writeguard.failing_keyword")
+	keyReplayOutcome  = attribute.Key("writeguard.replay.outcome")
 )
 
 // Semantic-conventions attribute keys otelhook sets, with their
@@ -88,9 +125,17 @@ const (
 	suffixDeadLetter = " dead_letter"
 )
 
-// Instruments lists the name of every instrument otelhook creates.
+// Instruments lists the name of every instrument the hooks New returns
+// create.
 func Instruments() []string {
-	return []string{MetricCallDuration, MetricCallAttempts, MetricCallInputs, MetricUnclassified, MetricBudgetExhausted}
+	return []string{MetricCallDuration, MetricCallAttempts, MetricInputAttempts, MetricCallInputs, MetricUnclassified,
+		MetricBudgetExhausted, MetricRetryDelay, MetricDeadLetterFlood}
+}
+
+// BacklogInstruments lists the name of every instrument of the dead-letter
+// backlog: ObserveDLQ's gauges and ReplayRecorder's counter.
+func BacklogInstruments() []string {
+	return []string{MetricDLQEnvelopes, MetricDLQPendingKeyword, MetricDLQOldestPendingAge, MetricReplayEnvelopes}
 }
 
 // AttributeKeys lists every attribute key otelhook sets on a span, a span
@@ -100,7 +145,7 @@ func AttributeKeys() []string {
 	keys := []attribute.Key{
 		keyMethod, keyDisposition, keyAttempts, keyRetries, keyDeadLettered, keyConflicts,
 		keyInTransaction, keyAttempt, keyDocuments, keyBackoff, keyClass, keyFailures,
-		keyEnvelopes, keyFallback,
+		keyEnvelopes, keyFallback, keyFlood, keyFloodShare, keyEnvelopeStatus, keyFailingKeyword, keyReplayOutcome,
 		keyDBSystemName, keyDBNamespace, keyDBCollectionName, keyDBOperationName, keyDBBatchSize,
 		keyDBStatusCode, keyErrorType, keyServerAddress, keyServerPort,
 	}

@@ -111,6 +111,12 @@ func emitted(t *testing.T) (instruments map[string]bool, spans, events map[strin
 	g = hx.guard(t, mocks.NewFake("shop.orders").Script(mocks.Reply(stepdown), mocks.Reply(stepdown), mocks.Reply(stepdown)),
 		writeguard.WithBudget(budget))
 	_, _ = g.InsertOne(ctx, bson.D{{Key: "qty", Value: 1}})
+	// A flood: the breaker opens on the first call that dead-letters.
+	g = hx.guard(t, mocks.NewFake("shop.orders").Validator(requireQty),
+		writeguard.WithDeadLetterBreaker(writeguard.BreakerConfig{MinDocuments: 1}))
+	if _, err := g.InsertMany(ctx, []bson.D{{{Key: "_id", Value: 1}}, {{Key: "_id", Value: 2}}}); !errors.Is(err, writeguard.ErrDeadLetterFlood) {
+		t.Fatalf("flood scenario: err = %v, want ErrDeadLetterFlood", err)
+	}
 
 	instruments, spans, events, attrs = map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]map[string]bool{}
 	add := func(kvs []attribute.KeyValue) {
@@ -239,7 +245,7 @@ func TestNoForeignNameCollision(t *testing.T) {
 	if !attrs["writeguard.method"]["insertOne"] || !attrs["writeguard.method"]["insertMany"] {
 		t.Errorf("writeguard.method values %v, want insertOne and insertMany", attrs["writeguard.method"])
 	}
-	classes := regexp.MustCompile(`^([0-9]+|unknown|transient|throttled|invalid|conflict|configuration|_OTHER|not_attempted|unacknowledged|written_unconfirmed)$`)
+	classes := regexp.MustCompile(`^([0-9]+|unknown|transient|throttled|invalid|conflict|configuration|_OTHER|not_attempted|unacknowledged|written_unconfirmed|dead_letter_flood)$`)
 	for v := range attrs["error.type"] {
 		if !classes.MatchString(v) {
 			t.Errorf("error.type = %q, want a code, a class or _OTHER", v)
@@ -254,13 +260,15 @@ func TestNoForeignNameCollision(t *testing.T) {
 		t.Errorf("error.type values %v: the scenarios should give a code, a class-less _OTHER and more", attrs["error.type"])
 	}
 
-	// Span names: never the name of an otelmongo command span
-	// ("<collection>.<command>") nor "<command> <collection>".
-	for name := range spans {
-		for _, cmd := range []string{"insert", "update", "delete"} {
-			if name == "orders."+cmd || strings.HasPrefix(name, cmd+" ") {
-				t.Errorf("span %q has the name of a driver command span", name)
-			}
+	// Span names: the operation span is "<db.operation.name>
+	// <db.collection.name>" (semantic conventions 1.43, database spans,
+	// "Name"), its children that name plus " attempt" or " dead_letter";
+	// never the driver method (insertMany), never otelmongo's legacy
+	// "<collection>.<command>".
+	name := regexp.MustCompile(`^(insert|update|delete|bulkWrite) (orders|dlq)( attempt| dead_letter)?$`)
+	for s := range spans {
+		if !name.MatchString(s) && s != "handle request" {
+			t.Errorf("span %q is not <db.operation.name> <db.collection.name>[ attempt| dead_letter]", s)
 		}
 	}
 }

@@ -40,6 +40,11 @@ var durationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
 // bucket per attempt up to the default maximum of 5, then coarser.
 var attemptBuckets = []float64{1, 2, 3, 4, 5, 7, 10, 20, 50}
 
+// retryDelayBuckets are the bucket boundaries, in seconds, of
+// writeguard.retry.delay: from the 5 ms of a first jittered backoff to
+// the 30 s a throttled server may ask for.
+var retryDelayBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
 // New returns hooks that record each guarded call as OpenTelemetry spans
 // and metrics (see the package documentation for their names and
 // attributes). Pass them to writeguard.WithHooks; one set of hooks may
@@ -70,6 +75,7 @@ func New(opts ...Option) (hooks.Hooks, error) {
 // contexts the hooks return.
 type handler struct {
 	tracer trace.Tracer
+	kind   trace.SpanKind // of the operation span
 	logger *slog.Logger
 	server []attribute.KeyValue
 	limit  *loglimit.Limiter
@@ -77,14 +83,18 @@ type handler struct {
 	duration     metric.Float64Histogram
 	inputs       metric.Int64Counter
 	attempts     metric.Int64Histogram
+	inputTries   metric.Int64Histogram
 	unclassified metric.Int64Counter
 	budget       metric.Int64Counter
+	retryDelay   metric.Float64Histogram
+	flood        metric.Int64Counter
 }
 
 func newHandler(c *config) (*handler, error) {
 	h := &handler{
 		tracer: c.tracerProvider.Tracer(ScopeName,
 			trace.WithInstrumentationVersion(Version), trace.WithSchemaURL(semconv.SchemaURL)),
+		kind:   c.spanKind,
 		logger: c.logger,
 		server: c.server,
 		limit:  loglimit.New(time.Minute, c.now),
@@ -104,6 +114,10 @@ func newHandler(c *config) (*handler, error) {
 		metric.WithDescription("Driver calls made per guarded write call."),
 		metric.WithUnit("{attempt}"), metric.WithExplicitBucketBoundaries(attemptBuckets...))
 	err = errors.Join(err, e)
+	h.inputTries, e = m.Int64Histogram(MetricInputAttempts,
+		metric.WithDescription("Times each input document or write model was sent (0 for one never sent)."),
+		metric.WithUnit("{attempt}"), metric.WithExplicitBucketBoundaries(attemptBuckets...))
+	err = errors.Join(err, e)
 	h.unclassified, e = m.Int64Counter(MetricUnclassified,
 		metric.WithDescription("Failures no classifier rule matched (never retried): documents, or calls inside a transaction."),
 		metric.WithUnit("{failure}"))
@@ -111,6 +125,14 @@ func newHandler(c *config) (*handler, error) {
 	h.budget, e = m.Int64Counter(MetricBudgetExhausted,
 		metric.WithDescription("Retries the retry budget refused."),
 		metric.WithUnit("{refusal}"))
+	err = errors.Join(err, e)
+	h.retryDelay, e = m.Float64Histogram(MetricRetryDelay,
+		metric.WithDescription("Backoff waits before retries, as scheduled (the server's delay for a throttled failure)."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(retryDelayBuckets...))
+	err = errors.Join(err, e)
+	h.flood, e = m.Int64Counter(MetricDeadLetterFlood,
+		metric.WithDescription("Calls reported not handled because they dead-lettered while the dead-letter flood breaker was open."),
+		metric.WithUnit("{call}"))
 	err = errors.Join(err, e)
 	if err != nil {
 		return nil, fmt.Errorf("otelhook: creating instruments: %w", err)
@@ -134,8 +156,9 @@ type opState struct {
 	span  trace.Span
 	attrs []attribute.KeyValue // metric attributes of the call
 
-	mu   sync.Mutex
-	disp map[dispKey]int64 // dispositions seen, recorded at the end
+	mu    sync.Mutex
+	disp  map[dispKey]int64 // dispositions seen, recorded at the end
+	tries map[int]int64     // inputs per number of attempts, recorded at the end
 }
 
 // step is an attempt or a dead-letter hand-off: its span and the call it
@@ -169,14 +192,22 @@ func (h *handler) stepFrom(ctx context.Context, key any) *step {
 	return s
 }
 
-// spanName is "<writeguard.method> <db.collection.name>" ("insertMany
-// orders"): the method, not the command, so that the call's span never
-// has the name of the driver's command span ("insert orders") under it.
+// spanName is "<db.operation.name> <db.collection.name>" ("insert
+// orders"), the database semantic conventions' span name for a call whose
+// target is a collection; "<db.operation.name>" without one.
 func spanName(op *hooks.Operation) string {
 	if op.Collection == "" {
-		return op.Name
+		return op.CommandName()
 	}
-	return op.Name + " " + op.Collection
+	return op.CommandName() + " " + op.Collection
+}
+
+// isBatch reports whether op is a batch in the database semantic
+// conventions' sense (two or more operations in one call): a bulkWrite of
+// two or more write models. An insertMany is one insert command with many
+// documents, not a batch of operations.
+func isBatch(op *hooks.Operation) bool {
+	return op.Name == "bulkWrite" && op.BatchSize >= 2
 }
 
 // metricAttrs returns the attributes every metric of op carries.
@@ -248,14 +279,14 @@ func traceIDs(ctx context.Context) (string, string) {
 func (h *handler) operationStarted(ctx context.Context, op *hooks.Operation) context.Context {
 	attrs := make([]attribute.KeyValue, 0, 8)
 	attrs = append(attrs, metricAttrs(op)...)
-	if op.BatchSize >= 2 {
+	if isBatch(op) {
 		attrs = append(attrs, keyDBBatchSize.Int(op.BatchSize))
 	}
 	attrs = append(attrs, h.server...)
 	if op.InTransaction {
 		attrs = append(attrs, keyInTransaction.Bool(true))
 	}
-	ctx, span := h.tracer.Start(ctx, spanName(op), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	ctx, span := h.tracer.Start(ctx, spanName(op), trace.WithSpanKind(h.kind), trace.WithAttributes(attrs...))
 	return context.WithValue(ctx, opKey{h}, &opState{span: span, attrs: metricAttrs(op)})
 }
 
@@ -293,11 +324,28 @@ func (h *handler) attemptFinished(ctx context.Context, ev *hooks.AttemptEnd) {
 	if ev.Err != nil {
 		s.span.SetAttributes(append(code(ev.Code),
 			keyClass.String(ev.Class.String()),
-			keyFailures.Int(ev.Failures),
-			errorType(ev.Code, ev.Class))...)
+			keyFailures.Int(ev.Failures))...)
+		if verdict(ev.Class) {
+			// A verdict on documents (121, 11000) comes in a reply the
+			// server sent with ok: 1 (the driver's command span
+			// succeeds), and writeguard routes those documents to the
+			// dead-letter sink or the conflict handler: not an error of
+			// the attempt. Whether they ended handled is the operation
+			// span's status.
+			s.span.End()
+			return
+		}
+		s.span.SetAttributes(errorType(ev.Code, ev.Class))
 		s.span.SetStatus(codes.Error, "attempt failed: "+failureText(ev.Code, ev.Class))
 	}
 	s.span.End()
+}
+
+// verdict reports whether class is a verdict on documents that writeguard
+// routes to a handler (invalid: the dead-letter sink; conflict: the
+// conflict handler), rather than a failure of the attempt.
+func verdict(class policy.Class) bool {
+	return class == policy.Invalid || class == policy.Conflict
 }
 
 // failureText describes a failure by class and code: "transient failure,
@@ -310,6 +358,8 @@ func failureText(c int32, class policy.Class) string {
 }
 
 func (h *handler) retryScheduled(ctx context.Context, ev *hooks.Retry) {
+	h.retryDelay.Record(context.WithoutCancel(ctx), ev.Delay.Seconds(),
+		metric.WithAttributes(with(h.callAttrs(ctx, ev.Op), append(code(ev.Code), keyClass.String(ev.Class.String()))...)...))
 	st := h.opFrom(ctx)
 	if st == nil {
 		return
@@ -322,9 +372,24 @@ func (h *handler) retryScheduled(ctx context.Context, ev *hooks.Retry) {
 	}, code(ev.Code)...)...))
 }
 
-// budgetKey is the rate-limit key of the budget log record (outside the
-// int32 range of codes).
-const budgetKey = math.MaxInt32 + 1
+// budgetKey and floodKey are the rate-limit keys of the budget and flood
+// log records (outside the int32 range of codes).
+const (
+	budgetKey = math.MaxInt32 + 1
+	floodKey  = math.MaxInt32 + 2
+)
+
+// floodShare returns the dead-lettered share the call's error reports
+// through a DeadLetterFlood() float64 method (writeguard.FloodError's),
+// and whether it has one: the call dead-lettered while the dead-letter
+// flood breaker was open.
+func floodShare(err error) (float64, bool) {
+	var f interface{ DeadLetterFlood() float64 }
+	if err == nil || !errors.As(err, &f) {
+		return 0, false
+	}
+	return f.DeadLetterFlood(), true
+}
 
 func (h *handler) budgetExhausted(ctx context.Context, ev *hooks.BudgetExhausted) {
 	h.budget.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(with(h.callAttrs(ctx, ev.Op), code(ev.Code)...)...))
@@ -385,10 +450,15 @@ func (h *handler) disposition(ctx context.Context, ev *hooks.Disposition) {
 			st.disp = map[dispKey]int64{}
 		}
 		st.disp[k]++
+		if st.tries == nil {
+			st.tries = map[int]int64{}
+		}
+		st.tries[ev.Attempts]++
 		st.mu.Unlock()
 		return
 	}
 	h.inputs.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(dispAttrs(metricAttrs(ev.Op), k)...))
+	h.inputTries.Record(context.WithoutCancel(ctx), int64(ev.Attempts), metric.WithAttributes(metricAttrs(ev.Op)...))
 }
 
 func dispAttrs(base []attribute.KeyValue, k dispKey) []attribute.KeyValue {
@@ -416,10 +486,12 @@ func (h *handler) operationFinished(ctx context.Context, ev *hooks.OperationEnd)
 	st := h.opFrom(ctx)
 	var base []attribute.KeyValue
 	var disp map[dispKey]int64
+	var tries map[int]int64
 	if st != nil {
 		base = st.attrs
 		st.mu.Lock()
 		disp, st.disp = st.disp, nil
+		tries, st.tries = st.tries, nil
 		st.mu.Unlock()
 	} else {
 		base = metricAttrs(ev.Op)
@@ -429,11 +501,28 @@ func (h *handler) operationFinished(ctx context.Context, ev *hooks.OperationEnd)
 	if failed {
 		errAttrs = append(code(ev.Code), callErrorType(ev))
 	}
+	share, flooded := floodShare(ev.Err)
+	if flooded {
+		h.flood.Add(mctx, 1, metric.WithAttributes(with(base)...))
+		if h.limit.Allow(floodKey) {
+			h.logger.LogAttrs(ctx, slog.LevelWarn, "otelhook: dead-letter flood breaker open; a call that dead-lettered is not handled",
+				slog.String("operation", ev.Op.Name), slog.String("collection", ev.Op.Collection),
+				slog.String("database", ev.Op.Database), slog.Float64("share", share))
+		}
+	}
 
 	h.duration.Record(mctx, ev.Duration.Seconds(), metric.WithAttributes(with(with(base, h.server...), errAttrs...)...))
 	h.attempts.Record(mctx, int64(ev.Attempts), metric.WithAttributes(with(base)...))
 	for k, n := range disp {
 		h.inputs.Add(mctx, n, metric.WithAttributes(dispAttrs(base, k)...))
+	}
+	if len(tries) > 0 {
+		opt := metric.WithAttributes(with(base)...)
+		for a, n := range tries {
+			for range n {
+				h.inputTries.Record(mctx, int64(a), opt)
+			}
+		}
 	}
 
 	if st == nil {
@@ -461,6 +550,9 @@ func (h *handler) operationFinished(ctx context.Context, ev *hooks.OperationEnd)
 		}
 	}
 	attrs = append(attrs, errAttrs...)
+	if flooded {
+		attrs = append(attrs, keyFlood.Bool(true), keyFloodShare.Float64(share))
+	}
 	st.span.SetAttributes(attrs...)
 	if failed {
 		st.span.SetStatus(codes.Error, unhandledText(ev, names))
@@ -480,6 +572,9 @@ func unhandledText(ev *hooks.OperationEnd, sortedNames []string) string {
 		}
 	}
 	if len(parts) == 0 {
+		if _, ok := floodShare(ev.Err); ok {
+			return "unhandled: dead-letter flood breaker open"
+		}
 		return failureText(ev.Code, ev.Class)
 	}
 	return "unhandled: " + strings.Join(parts, ", ")

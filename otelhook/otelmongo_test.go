@@ -2,6 +2,9 @@ package otelhook_test
 
 import (
 	"context"
+	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
+	"github.com/writeguard/writeguard/otelhook"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -73,8 +77,13 @@ func (c *commandSpans) end(id int64, err error) {
 // the first insert, then success), with an otelmongo-shaped command
 // monitor, and checks that each insert command's span is a child of the
 // writeguard attempt span that sent it.
-func TestDriverCommandSpansNestUnderAttempts(t *testing.T) {
-	hx := newHarness(t)
+// stepdownThroughDriver runs a guarded InsertMany of two documents
+// through the real driver and the proxy (a stepdown on the first insert,
+// then success) with an otelmongo-shaped command monitor on the harness's
+// tracer provider, and returns the harness.
+func stepdownThroughDriver(t *testing.T, opts ...otelhook.Option) *harness {
+	t.Helper()
+	hx := newHarness(t, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -108,8 +117,13 @@ func TestDriverCommandSpansNestUnderAttempts(t *testing.T) {
 		t.Fatalf("InsertMany: %v", err)
 	}
 
-	op := hx.one(t, "insertMany orders")
-	attempts := hx.ended("insertMany orders attempt")
+	return hx
+}
+
+func TestDriverCommandSpansNestUnderAttempts(t *testing.T) {
+	hx := stepdownThroughDriver(t)
+	op := hx.one(t, "insert orders")
+	attempts := hx.ended("insert orders attempt")
 	commands := hx.ended("orders.insert")
 	if len(attempts) != 2 || len(commands) != 2 {
 		t.Fatalf("%d attempt spans and %d insert command spans, want 2 and 2; spans: %v", len(attempts), len(commands), hx.names())
@@ -139,5 +153,81 @@ func TestDriverCommandSpansNestUnderAttempts(t *testing.T) {
 	}
 	if len(seen) != 2 {
 		t.Errorf("the two insert commands nest under %d distinct attempts, want 2", len(seen))
+	}
+}
+
+// TestBackendTree builds the tree a tracing backend shows for one guarded
+// InsertMany whose first attempt met a stepdown, with the driver's command
+// spans recorded (otelmongo-shaped): writeguard's operation span (client,
+// as the MongoDB drivers' OpenTelemetry specification makes the operation
+// span), an internal span per attempt, and under each the driver's client
+// span for the insert command. A backend that derives database call
+// metrics from client spans sees three client spans for one call: the
+// documented double count. With WithSpanKind(trace.SpanKindInternal) it
+// sees the two command spans only.
+func TestBackendTree(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		opts    []otelhook.Option
+		want    string
+		clients int
+	}{
+		{"default", nil, `insert orders [client] status=unset
+  insert orders attempt [internal] status=error
+    orders.insert [client] status=error
+  insert orders attempt [internal] status=unset
+    orders.insert [client] status=unset
+`, 3},
+		{"internal", []otelhook.Option{otelhook.WithSpanKind(trace.SpanKindInternal)}, `insert orders [internal] status=unset
+  insert orders attempt [internal] status=error
+    orders.insert [client] status=error
+  insert orders attempt [internal] status=unset
+    orders.insert [client] status=unset
+`, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hx := stepdownThroughDriver(t, tc.opts...)
+			// The call's trace (the client's endSessions at Disconnect has
+			// its own).
+			op := hx.one(t, "insert orders")
+			var spans []sdktrace.ReadOnlySpan
+			for _, s := range hx.sr.Ended() {
+				if s.SpanContext().TraceID() == op.SpanContext().TraceID() {
+					spans = append(spans, s)
+				}
+			}
+			children := map[trace.SpanID][]sdktrace.ReadOnlySpan{}
+			var roots []sdktrace.ReadOnlySpan
+			clients := 0
+			for _, s := range spans {
+				if s.SpanKind() == trace.SpanKindClient {
+					clients++
+				}
+				if s.Parent().IsValid() {
+					children[s.Parent().SpanID()] = append(children[s.Parent().SpanID()], s)
+				} else {
+					roots = append(roots, s)
+				}
+			}
+			var b strings.Builder
+			var walk func(s sdktrace.ReadOnlySpan, depth int)
+			walk = func(s sdktrace.ReadOnlySpan, depth int) {
+				fmt.Fprintf(&b, "%s%s [%s] status=%s\n", strings.Repeat("  ", depth), s.Name(), s.SpanKind(), strings.ToLower(s.Status().Code.String()))
+				kids := children[s.SpanContext().SpanID()]
+				sort.Slice(kids, func(i, j int) bool { return kids[i].StartTime().Before(kids[j].StartTime()) })
+				for _, k := range kids {
+					walk(k, depth+1)
+				}
+			}
+			for _, r := range roots {
+				walk(r, 0)
+			}
+			if got := b.String(); got != tc.want {
+				t.Errorf("tree:\n%s\nwant:\n%s", got, tc.want)
+			}
+			if clients != tc.clients {
+				t.Errorf("%d client spans, want %d", clients, tc.clients)
+			}
+		})
 	}
 }

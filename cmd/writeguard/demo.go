@@ -10,11 +10,15 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/demo"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/progress"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
+	"github.com/writeguard/writeguard/otelhook"
 )
 
 const demoUsage = `Usage: writeguard demo [flags]
@@ -48,7 +52,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("writeguard demo", flag.ContinueOnError)
 	var cfg demo.Config
 	var asJSON bool
-	var trace string
+	var tf telemetryFlags
 	fs.StringVar(&cfg.URI, "uri", "", "MongoDB `URI` to use instead of the embedded server: a real validator, no injected faults")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "keep the embedded server's data in `DIR`, for 'writeguard dlq --data-dir DIR' afterwards")
 	fs.Int64Var(&cfg.Seed, "seed", demo.DefaultSeed, "seed of the fault schedule (embedded server)")
@@ -60,7 +64,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Database, "db", demo.DefaultDatabase, "`database` of the target (orders) and dead-letter (dead_letters) collections")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of the tables")
 	fs.BoolVar(&cfg.Sharded, "sharded", false, "present the embedded server as a mongos with two shards (maxWriteBatchSize 100; shard failures after partial application among the faults)")
-	fs.StringVar(&trace, "trace", "", "write the OpenTelemetry spans of every guarded call to `FILE` (JSON, one span per object)")
+	addTelemetryFlags(fs, &tf, true)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), demoUsage)
 		fs.PrintDefaults()
@@ -85,21 +89,59 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "demo", "-data-dir applies to the embedded server only; drop it or -uri")
 	case cfg.Database == "":
 		return usageError(stderr, "demo", "-db must not be empty")
+	case tf.check() != "":
+		return usageError(stderr, "demo", "%s", tf.check())
 	}
 	if f, ok := stderr.(*os.File); ok && progress.IsTerminal(f) { // the bar is drawn on stderr
 		cfg.Progress = stderr
 	}
-	if trace != "" {
-		h, shutdown, err := startTrace(trace)
+	tel, err := startTelemetry(ctx, &tf, "writeguard-demo", stderr)
+	if err != nil {
+		return failure(stderr, "demo", err)
+	}
+	defer func() {
+		if err := tel.Close(); err != nil {
+			fmt.Fprintf(stderr, "writeguard demo: telemetry: %s\n", scrubbed(err.Error()))
+		}
+	}()
+	printed := false
+	report := func(res *demo.Result) error {
+		printed = true
+		if asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(res)
+		}
+		printDemo(stdout, res, cfg, tf.trace)
+		return nil
+	}
+	if tel.Enabled() {
+		h, err := otelhook.New(otelhook.WithTracerProvider(tel.TracerProvider), otelhook.WithMeterProvider(tel.MeterProvider))
 		if err != nil {
 			return failure(stderr, "demo", err)
 		}
-		defer func() {
-			if err := shutdown(context.Background()); err != nil {
-				fmt.Fprintf(stderr, "writeguard demo: trace: %s\n", scrubbed(err.Error()))
-			}
-		}()
 		cfg.Hooks = []hooks.Hooks{h}
+		cfg.Finished = func(ctx context.Context, res *demo.Result, dlq *mongo.Collection) {
+			// The backlog gauges of the demo's dead-letter collection,
+			// then the report, then --linger for the scrapers.
+			obs, err := otelhook.ObserveDLQ(context.WithoutCancel(ctx), dlq,
+				otelhook.WithMeterProvider(tel.MeterProvider), otelhook.WithPollInterval(time.Second))
+			if err != nil {
+				fmt.Fprintf(stderr, "writeguard demo: dead-letter gauges: %s\n", scrubbed(err.Error()))
+			}
+			if tf.linger > 0 {
+				if err := report(res); err != nil {
+					fmt.Fprintf(stderr, "writeguard demo: %s\n", scrubbed(err.Error()))
+				}
+			}
+			tel.Linger(ctx)
+			if err := tel.Flush(context.WithoutCancel(ctx)); err != nil {
+				fmt.Fprintf(stderr, "writeguard demo: telemetry: %s\n", scrubbed(err.Error()))
+			}
+			if obs != nil {
+				_ = obs.Stop()
+			}
+		}
 	}
 	res, err := demo.Run(ctx, cfg)
 	if err != nil {
@@ -109,14 +151,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return failure(stderr, "demo", err)
 	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
+	if !printed {
+		if err := report(res); err != nil {
 			return failure(stderr, "demo", err)
 		}
-	} else {
-		printDemo(stdout, res, cfg, trace)
 	}
 	switch {
 	case !res.OK:

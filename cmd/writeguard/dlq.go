@@ -25,7 +25,7 @@ import (
 	"github.com/writeguard/writeguard/replay"
 )
 
-const dlqUsage = `Usage: writeguard dlq <stats|list|show|replay|discard> [flags]
+const dlqUsage = `Usage: writeguard dlq <stats|list|show|replay|discard|watch> [flags]
 
 Inspect and drain a writeguard dead-letter collection (DLQ): the envelopes
 a guarded collection stored for documents the server rejected as invalid.
@@ -37,6 +37,7 @@ a guarded collection stored for documents the server rejected as invalid.
   replay    write pending originals into their collection; envelopes
             written become "replayed", the ones rejected again stay pending
   discard   mark pending envelopes "discarded" (never replayed)
+  watch     serve the backlog as metrics until interrupted (--metrics-addr, OTLP)
 
 The server is --uri (a MongoDB deployment) or --data-dir (the embedded
 server's files that 'writeguard demo --data-dir DIR' left). Run
@@ -57,6 +58,8 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case "stats", "list", "show", "replay", "discard":
 		return runDLQCommand(ctx, args[0], args[1:], stdout, stderr)
+	case "watch":
+		return dlqWatch(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "writeguard dlq: unknown command %q\n\n%s", args[0], dlqUsage)
 	return exitUsage
@@ -151,6 +154,9 @@ type dlqFlags struct {
 	allowMulti                      bool
 	quarantineAfter                 int
 	includeQuarantined, includeHeld bool
+
+	// telemetry: --metrics-addr, --otlp-endpoint, --linger
+	tel telemetryFlags
 }
 
 var dlqCommandHelp = map[string]string{
@@ -240,6 +246,9 @@ func runDLQCommand(ctx context.Context, cmd string, args []string, stdout, stder
 		return code
 	}
 	filter, validator, msg := checkDLQArgs(cmd, pos, f)
+	if msg == "" {
+		msg = f.tel.check()
+	}
 	if msg != "" {
 		return usageError(stderr, name, "%s", msg)
 	}
@@ -256,6 +265,20 @@ func runDLQCommand(ctx context.Context, cmd string, args []string, stdout, stder
 	if err := checkDLQExists(ctx, c.Client.Database(f.db), f.coll); err != nil {
 		return failure(stderr, name, err)
 	}
+	tel, err := startTelemetry(ctx, &f.tel, "writeguard-dlq", stderr)
+	if err != nil {
+		return failure(stderr, name, err)
+	}
+	finish := func() {}
+	if tel.Enabled() {
+		finish = observeRun(ctx, tel, dlq, stderr, name)
+	}
+	defer func() {
+		finish()
+		if err := tel.Close(); err != nil {
+			fmt.Fprintf(stderr, "writeguard %s: telemetry: %s\n", name, scrubbed(err.Error()))
+		}
+	}()
 	switch cmd {
 	case "stats":
 		return dlqStats(ctx, dlq, filter, f, stdout, stderr)
@@ -264,7 +287,7 @@ func runDLQCommand(ctx context.Context, cmd string, args []string, stdout, stder
 	case "show":
 		return dlqShow(ctx, dlq, pos[0], f, stdout, stderr)
 	case "replay":
-		return dlqReplay(ctx, c, dlq, filter, f, validator, stdout, stderr)
+		return dlqReplay(ctx, c, dlq, filter, f, validator, tel, stdout, stderr)
 	default:
 		return dlqDiscard(ctx, dlq, filter, f, stdout, stderr)
 	}
@@ -278,6 +301,7 @@ func dlqFlagSet(cmd string, f *dlqFlags) *flag.FlagSet {
 	fs.StringVar(&f.db, "db", demo.DefaultDatabase, "`database` of the dead-letter collection")
 	fs.StringVar(&f.coll, "dlq", demo.DefaultDLQ, "dead-letter `collection`")
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON instead of a table")
+	addTelemetryFlags(fs, &f.tel, false)
 	if cmd != "show" {
 		fs.Var(&f.keywords, "keyword", "select envelopes with this failing `keyword` (minimum, pattern, required, ...); repeatable or comma-separated")
 		fs.Var(&f.paths, "path", "select envelopes failing on this dotted `path` (Quantity, address.zip); repeatable")

@@ -49,6 +49,7 @@ Usage:
   writeguard dlq show [flags] ID     show one envelope (fingerprint, prefix, or _id)
   writeguard dlq replay [flags]      write pending originals to their collection
   writeguard dlq discard [flags]     give pending envelopes up
+  writeguard dlq watch [flags]       serve the dead-letter backlog as metrics (Prometheus, OTLP)
   writeguard help [command]          this text, or a command's flags
 
 Every command takes --help.

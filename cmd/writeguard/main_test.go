@@ -232,23 +232,6 @@ func TestDemoTable(t *testing.T) {
 	}
 }
 
-func TestDemoTrace(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "spans.json")
-	code, _, errOut := runCmd(t, context.Background(), "demo", "--limit", "600", "--batch", "300", "--trace", path)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{`"insertMany orders"`, `"insertMany orders attempt"`, `"insertMany orders dead_letter"`, `"writeguard.dispositions.dead_lettered"`} {
-		if !bytes.Contains(data, []byte(want)) {
-			t.Errorf("trace lacks %s", want)
-		}
-	}
-}
-
 // Ctrl-C: no batch starts after the signal, the batches in flight finish,
 // and the accounting still holds (the rest is not_attempted). The context
 // is cancelled when the first batch is sent.

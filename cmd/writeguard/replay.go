@@ -22,6 +22,7 @@ import (
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/jsonschema"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
+	"github.com/writeguard/writeguard/otelhook"
 	"github.com/writeguard/writeguard/policy"
 	"github.com/writeguard/writeguard/replay"
 )
@@ -138,15 +139,24 @@ type replayRun struct {
 	done      int64
 	// into are the namespaces the replay may write.
 	into []string
+	tel  *telemetry
+	rec  *otelhook.ReplayRecorder // nil without telemetry
 }
 
-func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, validator bson.D, stdout, stderr io.Writer) int {
+func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, validator bson.D, tel *telemetry, stdout, stderr io.Writer) int {
 	// Which namespaces have envelopes to replay?
 	sel := filter.WithDefaultStatus(envelope.StatusPending)
 	if f.includeQuarantined && !slices.Contains(sel.Statuses, envelope.StatusQuarantined) {
 		sel.Statuses = append(slices.Clip(sel.Statuses), envelope.StatusQuarantined)
 	}
-	rr := &replayRun{c: c, dlq: dlq, sel: sel, f: f, validator: validator, stderr: stderr, into: replayInto(f)}
+	rr := &replayRun{c: c, dlq: dlq, sel: sel, f: f, validator: validator, stderr: stderr, into: replayInto(f), tel: tel}
+	if tel.Enabled() {
+		rec, err := otelhook.NewReplayRecorder(otelhook.WithMeterProvider(tel.MeterProvider))
+		if err != nil {
+			return failure(stderr, "dlq replay", err)
+		}
+		rr.rec = rec
+	}
 	st, err := envelope.Stats(ctx, dlq, rr.sel)
 	if err != nil {
 		return failure(stderr, "dlq replay", err)
@@ -203,6 +213,13 @@ func (rr *replayRun) namespace(ctx context.Context, g envelope.Group) (*replayOu
 	if rr.f.dataDir != "" {
 		opts = append(opts, writeguard.WithClassifier(sqliteBusy))
 	}
+	if rr.tel.Enabled() {
+		h, err := otelhook.New(otelhook.WithTracerProvider(rr.tel.TracerProvider), otelhook.WithMeterProvider(rr.tel.MeterProvider))
+		if err != nil {
+			return nil, failure(rr.stderr, "dlq replay", err), nil
+		}
+		opts = append(opts, writeguard.WithHooks(h))
+	}
 	target, err := writeguard.Wrap(rr.c.Client.Database(db).Collection(coll), opts...)
 	if err != nil {
 		return nil, failure(rr.stderr, "dlq replay", err), nil
@@ -227,6 +244,7 @@ func (rr *replayRun) namespace(ctx context.Context, g envelope.Group) (*replayOu
 		res, err = dryRun(ctx, rr.dlq, target, nf, rr.validator, rr.options(nf))
 	} else {
 		res, err = replay.Run(ctx, rr.dlq, target, rr.options(nf)...)
+		rr.rec.Record(ctx, rr.dlq, replayCounts(res.Counts))
 	}
 	return &replayOut{Namespace: g.Key, Validation: validation, Result: res}, exitOK, err
 }
@@ -272,6 +290,7 @@ func (rr *replayRun) refuse(ctx context.Context, g envelope.Group, why string) (
 	nf := rr.sel
 	nf.Namespaces = []string{g.Key}
 	res, err := replay.Run(ctx, rr.dlq, rr.c.Client.Database(db).Collection(coll), rr.options(nf)...)
+	rr.rec.Record(ctx, rr.dlq, replayCounts(res.Counts))
 	return &replayOut{Namespace: g.Key, Validation: "none: refused (" + why + ")", Result: res}, exitOK, err
 }
 
@@ -479,4 +498,16 @@ func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collec
 		res.Validator, _ = bson.Marshal(validator)
 	}
 	return res, cur.Err()
+}
+
+// replayCounts names the outcomes of a replay run for
+// writeguard.replay.envelopes. Quarantined is not one: it counts among
+// still_invalid, conflict and failed; quarantined envelopes show in
+// writeguard.dlq.envelopes{writeguard.envelope.status="quarantined"}.
+func replayCounts(c replay.Counts) map[string]int64 {
+	return map[string]int64{
+		otelhook.ReplayReplayed: c.Replayed, otelhook.ReplayStillInvalid: c.StillInvalid,
+		otelhook.ReplayConflict: c.Conflicts, otelhook.ReplayFailed: c.Failed, otelhook.ReplaySkipped: c.Skipped,
+		otelhook.ReplayRefused: c.Refused, otelhook.ReplayHeld: c.Held,
+	}
 }

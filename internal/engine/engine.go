@@ -54,6 +54,12 @@ type Config struct {
 	// the error the call returns (the root's *Report), reading what the
 	// call proved through Call's accessors.
 	Report func(*Call) error
+	// Settled, when not nil, is told once per call (outside a
+	// transaction), after every input has its disposition and before
+	// Report, how many inputs the call settled and how many of them were
+	// dead-lettered (the root's dead-letter flood breaker). A non-nil
+	// error joins the call's Extra, and so its Report.
+	Settled func(ctx context.Context, inputs, deadLettered int) error
 }
 
 // Engine runs the guarded calls of one collection. It is safe for

@@ -20,6 +20,17 @@ func (c *Call) finish(ctx context.Context) error {
 			break
 		}
 	}
+	if e.cfg.Settled != nil {
+		dead := 0
+		for _, it := range c.items {
+			if it.disp == policy.DeadLettered {
+				dead++
+			}
+		}
+		if serr := e.cfg.Settled(ctx, len(c.items), dead); serr != nil {
+			c.extra = append(c.extra, serr)
+		}
+	}
 	var err error
 	if !ok {
 		err = e.cfg.Report(c)

@@ -73,6 +73,10 @@ type Config struct {
 	// mongos with two shards (ShardedLimits announced, shard failures
 	// after partial application among the faults: ShardedScript).
 	Sharded bool
+	// Finished, when not nil, is called with the result after the
+	// accounting, while the connection is still open: dlq is the
+	// dead-letter collection (the command observes its backlog there).
+	Finished func(ctx context.Context, res *Result, dlq *mongo.Collection)
 }
 
 // ShardedLimits are the handshake limits of the sharded demo: the driver
@@ -297,6 +301,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.ElapsedSeconds = round(time.Since(t0).Seconds(), 2)
 	res.WriteSeconds = round(res.WriteSeconds, 2)
+	if cfg.Finished != nil {
+		cfg.Finished(ctx, res, db.Collection(cfg.DLQ))
+	}
 	return res, nil
 }
 
