@@ -86,7 +86,7 @@ func writeErrorFailure(we mongo.WriteError, err error) Failure {
 	f := Failure{
 		Index:   we.Index,
 		Origin:  OriginServer,
-		Shape:   ShapeWriteError,
+		Shape:   writeErrorShape(int32(we.Code), we.Message),
 		Code:    int32(we.Code),
 		Message: we.Message,
 		ErrInfo: we.Details,
@@ -99,7 +99,18 @@ func writeErrorFailure(we mongo.WriteError, err error) Failure {
 		f.KeyValue = lookupDoc(we.Raw, "keyValue")
 	}
 	f.RetryAfter = retryAfter(f.Message, we.Raw)
+	f.Ambiguous = f.Proof() == MaybeApplied
 	return f
+}
+
+// writeErrorShape is ShapeWriteError for a code that is a verdict on its
+// statement (WriteErrorVerdictCodes, or mongos's 16460 wrapping an E11000),
+// ShapeWriteErrorUnproven for any other.
+func writeErrorShape(code int32, msg string) Shape {
+	if inCodes(WriteErrorVerdictCodes, code) || code == 16460 && strings.Contains(msg, " E11000 ") {
+		return ShapeWriteError
+	}
+	return ShapeWriteErrorUnproven
 }
 
 func wceFailure(wce *mongo.WriteConcernError, labels []string, err error) Failure {

@@ -1,0 +1,84 @@
+package writeguard_test
+
+// Tests of the third round's cases that are about what a reply proves on
+// every deployment (testdata/CASES.md C52, C55, C59, C60, C63), against the
+// scripted fake.
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/mocks"
+)
+
+// mongosUnavailable is mongos's reply after it lost a shard's reply to a
+// batch of n statements (one write error per statement; ordered: one, on
+// the first): batch_write_op.cpp noteBatchError.
+func mongosUnavailable(code int32, indexes ...int) mocks.Fault {
+	var wes []string
+	for _, i := range indexes {
+		wes = append(wes, fmt.Sprintf(`{"index":%d,"code":%d,"codeName":"HostUnreachable","errmsg":"Write results unavailable from shard01 :: caused by :: Connection reset by peer"}`, i, code))
+	}
+	return mocks.Reply(`{"ok":1,"n":0,"writeErrors":[` + strings.Join(wes, ",") + `]}`)
+}
+
+// C52: mongos reports a shard's lost reply as a write error on every
+// statement, after the shard applied all or part of them. Such a write
+// error proves nothing: the inserts are re-sent and their own _ids read
+// back (already_written), nothing is stored twice, nothing is reported
+// never sent or conflicting.
+func TestC52MongosWriteErrorsProveNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ordered bool
+		applied int
+		fault   mocks.Fault
+	}{
+		{"unordered, all applied", false, 6, mongosUnavailable(6, 0, 1, 2, 3, 4, 5)},
+		{"unordered, 3 of 6 applied", false, 3, mongosUnavailable(9001, 0, 1, 2, 3, 4, 5)},
+		{"ordered, 3 of 6 applied", true, 3, mongosUnavailable(11602, 0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := mocks.NewFake("db.c52").Script(mocks.ApplyFirst(tc.applied, tc.fault))
+				fx := newFixture(t, fake)
+				res, err := fx.g.InsertMany(ctx, sixDocs("d"), options.InsertMany().SetOrdered(tc.ordered))
+				if err != nil {
+					t.Fatalf("err = %v, want every document stored and reported so", err)
+				}
+				if len(res.InsertedIDs) != 6 || len(fake.Docs()) != 6 {
+					t.Fatalf("%d ids returned, %d documents stored; want 6 and 6", len(res.InsertedIDs), len(fake.Docs()))
+				}
+				if n := len(fx.sink.Envelopes()); n != 0 {
+					t.Errorf("%d documents dead-lettered", n)
+				}
+			})
+		})
+	}
+	t.Run("a non-idempotent update is not re-sent", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			fake := mocks.NewFake("db.c52u")
+			_ = fake.Seed(bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: 0}})
+			fake.Script(mocks.ApplyFirst(1, mongosUnavailable(6, 0)))
+			fx := newFixture(t, fake)
+			_, err := fx.g.BulkWrite(ctx, []mongo.WriteModel{
+				mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: 1}}).SetUpdate(bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}),
+			})
+			var r *writeguard.Report
+			if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.OutcomeUnknown || !r.Outcomes[0].MaybeWritten {
+				t.Fatalf("err = %v, want unknown with MaybeWritten", err)
+			}
+			if n := fake.Docs()[0].Lookup("n").AsInt64(); n != 1 {
+				t.Errorf("n = %d, want the $inc applied once", n)
+			}
+		})
+	})
+}
