@@ -340,7 +340,9 @@ func TestDeadLetteredModelEnvelope(t *testing.T) {
 }
 
 // When retries run out after replies were lost, the possibly applied
-// inserts are read back before they are called exhausted.
+// inserts are read back: found, they are written; not found (the lost write
+// may still be in flight), they are unknown with MaybeWritten, never
+// exhausted (C63).
 func TestExhaustedAfterLostRepliesReadsBack(t *testing.T) {
 	fake := mocks.NewFake("db.lost").Script(mocks.LoseReply(), mocks.LoseReply(), mocks.LoseReply())
 	fx := newFixture(t, fake, writeguard.WithBackoff(policy.Backoff{MaxAttempts: 3, Jitter: func() float64 { return 0 }}))
@@ -356,8 +358,9 @@ func TestExhaustedAfterLostRepliesReadsBack(t *testing.T) {
 		fx := newFixture(t, fake, writeguard.WithBackoff(policy.Backoff{MaxAttempts: 3}))
 		_, err := fx.g.InsertOne(ctx, bson.D{{Key: "n", Value: 1}})
 		var r *writeguard.Report
-		if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.Exhausted || !r.Outcomes[0].MaybeWritten {
-			t.Fatalf("err = %v, want exhausted, flagged MaybeWritten", err)
+		if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.OutcomeUnknown || !r.Outcomes[0].MaybeWritten ||
+			r.Outcomes[0].Reason != writeguard.ReasonAttemptsSpent {
+			t.Fatalf("err = %v, want unknown, flagged MaybeWritten, attempts_spent", err)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/mocks"
+	"github.com/writeguard/writeguard/policy"
 )
 
 // mongosUnavailable is mongos's reply after it lost a shard's reply to a
@@ -81,4 +83,56 @@ func TestC52MongosWriteErrorsProveNothing(t *testing.T) {
 			}
 		})
 	})
+}
+
+// C63: an insert whose reply was lost meets its own _id on every re-send,
+// and every read-back fails: when its attempts run out it may well be
+// stored, so it is unknown with MaybeWritten and says why it stopped,
+// never exhausted (which claims every attempt proved it not applied).
+func TestC63MaybeStoredIsNeverExhausted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := mocks.NewFake("db.c63").Script(mocks.LoseReply())
+		for range 10 {
+			fake.FailReads(errors.New("cursor lost"))
+		}
+		fx := newFixture(t, fake, writeguard.WithBackoff(policy.Backoff{MaxAttempts: 3}))
+		_, err := fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: "o-1"}})
+		var r *writeguard.Report
+		if !errors.As(err, &r) {
+			t.Fatalf("err = %v, want a Report", err)
+		}
+		o := r.Outcomes[0]
+		if o.Disposition != writeguard.OutcomeUnknown || !o.MaybeWritten || o.Reason != writeguard.ReasonAttemptsSpent || o.Err == nil {
+			t.Errorf("outcome %+v, want unknown, MaybeWritten, attempts_spent, the read error kept", o)
+		}
+		if errors.Is(err, writeguard.ErrExhausted) || len(fake.Docs()) != 1 {
+			t.Errorf("ErrExhausted %v, %d stored; want no exhausted and the document stored once", errors.Is(err, writeguard.ErrExhausted), len(fake.Docs()))
+		}
+	})
+}
+
+// C63: a driver-side argument error (an update document without an
+// operator, refused by the driver before anything is sent) never left the
+// client: failed or not_attempted, never unknown with MaybeWritten.
+func TestArgumentErrorIsNotSent(t *testing.T) {
+	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://127.0.0.1:1").SetServerSelectionTimeout(100 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(ctx) }()
+	g, err := writeguard.Wrap(client.Database("db").Collection("args"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = g.BulkWrite(ctx, []mongo.WriteModel{
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: 1}}).SetUpdate(bson.D{{Key: "n", Value: 1}}),
+	})
+	var r *writeguard.Report
+	if !errors.As(err, &r) {
+		t.Fatalf("err = %v, want a Report", err)
+	}
+	o := r.Outcomes[0]
+	if (o.Disposition != writeguard.Failed && o.Disposition != writeguard.NotAttempted) || o.MaybeWritten || o.Attempts != 0 {
+		t.Errorf("outcome %+v, want failed or not_attempted, not MaybeWritten, never sent", o)
+	}
 }

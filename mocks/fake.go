@@ -43,6 +43,7 @@ type Fake struct {
 	validator func(doc bson.Raw) (errInfo bson.Raw, reject bool)
 	script    []Fault
 	calls     []Call
+	reads     reads // fakeread.go
 }
 
 // Call records one write call the Fake received.
@@ -623,20 +624,10 @@ func (f *Fake) checkUnique(doc bson.Raw, skip int) bson.D {
 
 // Find implements writeguard.Target: filters with equality on top-level
 // fields and {field: {$in: [...]}}.
+// Reads through Find follow the Fake's read preference (see Lag); reads
+// through ReadPrimary see what the primary holds.
 func (f *Fake) Find(ctx context.Context, filter any, _ ...options.Lister[options.FindOptions]) (*mongo.Cursor, error) {
-	fr, err := bson.Marshal(filter)
-	if err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	var out []any
-	for _, d := range f.docs {
-		if matches(d, fr) {
-			out = append(out, d)
-		}
-	}
-	f.mu.Unlock()
-	return mongo.NewCursorFromDocuments(out, nil, nil)
+	return f.find(filter, false)
 }
 
 // ReplaceOne implements writeguard.Target.

@@ -210,7 +210,27 @@ func clientError(err error) bool {
 	var me mongo.MarshalError
 	var ia mongo.InvalidArgumentError
 	var om mongo.ErrMapForOrderedArgument
-	return errors.As(err, &me) || errors.As(err, &ia) || errors.As(err, &om) || errors.Is(err, mongo.ErrClientDisconnected)
+	return errors.As(err, &me) || errors.As(err, &ia) || errors.As(err, &om) || errors.Is(err, mongo.ErrClientDisconnected) ||
+		driverArgumentError(err.Error())
+}
+
+// driverArgumentErrors are the messages of the driver's argument checks
+// that return a plain error, raised while it builds the command, before
+// anything is sent (mongo-go-driver v2 mongo/mongo.go ensureDollarKey,
+// ensureNoDollarKey): the message is their only sign.
+var driverArgumentErrors = []string{
+	"update document must contain key beginning with '$'",
+	"update document must have at least one element",
+	"replacement document cannot contain keys beginning with '$'",
+}
+
+func driverArgumentError(msg string) bool {
+	for _, m := range driverArgumentErrors {
+		if msg == m {
+			return true
+		}
+	}
+	return false
 }
 
 // serverShape is the shape of a whole-command ok: 0 reply with code.

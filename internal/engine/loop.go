@@ -174,6 +174,9 @@ func (c *Call) settle(it *item, d policy.Disposition) {
 func (c *Call) apply(it *item, d Decision, td *todo) {
 	switch d.Action {
 	case Settle:
+		if d.Reason != ReasonNone {
+			it.reason = d.Reason
+		}
 		c.settle(it, d.Disposition)
 	case Retry:
 		it.to(retrying)
@@ -219,6 +222,7 @@ func (c *Call) routePrefailed(ctx context.Context) {
 			invalid = append(invalid, it)
 			continue
 		}
+		it.reason = ReasonNotSent
 		c.settle(it, policy.Failed)
 	}
 	c.park(ctx, invalid)
@@ -257,6 +261,7 @@ func (c *Call) giveUp(ctx context.Context, its []*item, why StopReason) {
 		if !it.live() {
 			continue
 		}
+		it.reason = why.Reason()
 		c.apply(it, GiveUp(GiveUpFacts{Reason: why, Kind: it.kind, Sent: it.attempts > 0,
 			EverMaybe: it.mayBeApplied(), Unconfirmed: it.ev == unconfirmed, CanRead: canRead}), &td)
 	}

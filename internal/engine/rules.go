@@ -101,6 +101,9 @@ type Decision struct {
 	Disposition policy.Disposition
 	// Rule names the rule that decided, for tests, logs and spans.
 	Rule string
+	// Reason says why a Settle ends the document unstored (ReasonNone
+	// when the rule gives none: GiveUp's settles take the stop's).
+	Reason Reason
 }
 
 // RuleUpsertRace is the Decision.Rule of an upsert run again after it lost
@@ -149,7 +152,7 @@ func Route(f Facts) Decision {
 	switch class {
 	case policy.Transient, policy.Throttled:
 		if maybe && !f.resendable() {
-			return unretried(f, true)
+			return unretried(f, true, ReasonNotResendable)
 		}
 		return Decision{Action: Retry, Rule: "retryable"}
 	case policy.Invalid:
@@ -161,24 +164,29 @@ func Route(f Facts) Decision {
 		case f.Upsert && f.UpsertRuns < f.MaxUpsertRuns && (!maybe || f.resendable()):
 			return Decision{Action: Retry, Rule: RuleUpsertRace}
 		case maybe && !f.resendable():
-			return unretried(f, true) // an earlier attempt may have applied it
+			return unretried(f, true, ReasonNotResendable) // an earlier attempt may have applied it
 		}
 		return Decision{Action: HandleConflict, Rule: "conflict"}
 	}
-	return unretried(f, maybe)
+	return unretried(f, maybe, ReasonNotRetried)
 }
 
-// unretried ends a document whose failure is not retried.
-func unretried(f Facts, maybe bool) Decision {
+// unretried ends a document whose failure is not retried, for reason why.
+func unretried(f Facts, maybe bool, why Reason) Decision {
 	switch {
 	case f.Unconfirmed:
 		return settle(policy.WrittenUnconfirmed, "applied_unconfirmed_earlier")
 	case maybe:
-		return settle(policy.OutcomeUnknown, "maybe_applied")
+		return because(settle(policy.OutcomeUnknown, "maybe_applied"), why)
 	case f.Proof == policy.NotSent:
-		return settle(policy.NotAttempted, "not_sent")
+		return because(settle(policy.NotAttempted, "not_sent"), ReasonNotSent)
 	}
-	return settle(policy.Failed, "not_retried")
+	return because(settle(policy.Failed, "not_retried"), why)
+}
+
+func because(d Decision, why Reason) Decision {
+	d.Reason = why
+	return d
 }
 
 // StopReason says why a document marked for retry is not sent again.
@@ -246,16 +254,13 @@ func GiveUp(f GiveUpFacts) Decision {
 }
 
 // ReadBackFallback is the disposition of a possibly applied insert whose
-// read-back, when its retries stopped for reason why, found nothing or
-// failed: unknown when the context ended (the write may still be in flight
-// on the server), exhausted otherwise (it met transient failures and is
-// not stored as far as the read showed). Never not_attempted: it was sent.
-// The Outcome keeps MaybeWritten.
-func ReadBackFallback(why StopReason) policy.Disposition {
-	if why == StopContext {
-		return policy.OutcomeUnknown
-	}
-	return policy.Exhausted
+// read-back, when its retries stopped (for any reason), found nothing or
+// failed: unknown. An attempt may have applied it and no reply proved
+// otherwise, so it is neither exhausted (which claims every attempt
+// proved it not applied) nor not_attempted (it was sent); the Outcome
+// keeps MaybeWritten: a write still in flight on the server may yet land.
+func ReadBackFallback(StopReason) policy.Disposition {
+	return policy.OutcomeUnknown
 }
 
 // AfterReadBack decides what a read-back of an insert's _id proved. found

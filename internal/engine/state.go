@@ -93,6 +93,7 @@ type item struct {
 	attempts   int // attempts that sent it to the server
 	tries      int // attempts counted against its limit (not an ordered write's unexecuted tail, not a checkout failure)
 	upsertRuns int
+	reason     Reason // why it ended unstored (set by giveUp, Route's settles)
 	err        error
 	keywords   []string
 }
