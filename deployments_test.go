@@ -5,6 +5,7 @@ package writeguard_test
 // scripted fake.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -135,4 +136,57 @@ func TestArgumentErrorIsNotSent(t *testing.T) {
 	if (o.Disposition != writeguard.Failed && o.Disposition != writeguard.NotAttempted) || o.MaybeWritten || o.Attempts != 0 {
 		t.Errorf("outcome %+v, want failed or not_attempted, not MaybeWritten, never sent", o)
 	}
+}
+
+// panickingTarget is a Target whose BulkWrite applies the models to the
+// fake, then panics, as the driver does when a reply's write error names
+// an index outside its models.
+type panickingTarget struct{ *mocks.Fake }
+
+func (p panickingTarget) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts ...options.Lister[options.BulkWriteOptions]) (*mongo.BulkWriteResult, error) {
+	_, _ = p.Fake.BulkWrite(ctx, models, opts...)
+	var idx []int
+	_ = idx[len(models)] // index out of range
+	return nil, nil
+}
+
+// A reply that does not fit its command proves nothing: a write error
+// whose index names no statement is never a verdict on any document (not
+// dead-lettered, not a conflict), and a panic raised while the Target runs
+// is recovered as that attempt's failure, its documents maybe applied.
+func TestRepliesThatDoNotFit(t *testing.T) {
+	t.Run("write error naming no statement", func(t *testing.T) {
+		fake := mocks.NewFake("db.stray").Script(mocks.ApplyFirst(1,
+			mocks.Reply(`{"ok":1,"n":1,"writeErrors":[{"index":7,"code":121,"errmsg":"Document failed validation"}]}`)))
+		fx := newFixture(t, fake)
+		_, err := fx.g.InsertMany(ctx, []any{bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "_id", Value: 2}}})
+		var r *writeguard.Report
+		if !errors.As(err, &r) {
+			t.Fatalf("err = %v, want a Report", err)
+		}
+		for _, o := range r.Outcomes {
+			if o.Disposition != writeguard.OutcomeUnknown || !o.MaybeWritten || o.Failure == nil || o.Failure.Shape != policy.ShapeWriteErrorNoStatement {
+				t.Errorf("outcome %+v, want unknown, MaybeWritten, write_error_no_statement", o)
+			}
+		}
+		if n := len(fx.sink.Envelopes()); n != 0 {
+			t.Errorf("%d documents dead-lettered, one of them stored", n)
+		}
+	})
+	t.Run("target panics", func(t *testing.T) {
+		fake := mocks.NewFake("db.panic")
+		g, err := writeguard.New(panickingTarget{fake})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = g.BulkWrite(ctx, []mongo.WriteModel{mongo.NewInsertOneModel().SetDocument(bson.D{{Key: "_id", Value: 1}})})
+		var r *writeguard.Report
+		var pe *writeguard.PanicError
+		if !errors.As(err, &r) || !errors.As(err, &pe) || pe.What != "target" || len(pe.Stack()) == 0 {
+			t.Fatalf("err = %v, want a Report with the target's PanicError", err)
+		}
+		if o := r.Outcomes[0]; o.Disposition != writeguard.OutcomeUnknown || !o.MaybeWritten {
+			t.Errorf("outcome %+v, want unknown, MaybeWritten (the panic came after the write)", o)
+		}
+	})
 }

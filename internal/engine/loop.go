@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"time"
 
 	"github.com/writeguard/writeguard/hooks"
@@ -97,7 +98,7 @@ func (c *Call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 		actx = e.hooks.AttemptStarted(ctx, &hooks.AttemptStart{Op: c.op, Attempt: c.attempts, Documents: len(batch), Delay: delay})
 		t0 = e.cfg.Clock.Now()
 	}
-	res, err := c.send(actx, batch)
+	res, err := c.sendOnce(actx, batch)
 	var fails []policy.Failure
 	if err != nil && !errors.Is(err, ErrUnacked) {
 		fails = policy.Extract(err)
@@ -123,6 +124,21 @@ func (c *Call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 		c.route(ctx, batch, fails)
 	}
 	return res, err
+}
+
+// sendOnce calls Send. A panic raised while the Target runs (the driver
+// indexes its models by the index the server sent, and a reply that does
+// not fit its command can make it index out of range) is recovered and
+// becomes the attempt's error, a *PanicError with its stack: an error of
+// no driver shape, so every document of the batch is maybe applied
+// (policy.ShapeUnrecognized) and the process lives on.
+func (c *Call) sendOnce(ctx context.Context, batch []*item) (res any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			res, err = nil, &PanicError{What: "target", Value: r, stack: debug.Stack()}
+		}
+	}()
+	return c.send(ctx, batch)
 }
 
 // attemptFinished reports the end of an attempt to the hooks.
