@@ -7,6 +7,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/internal/engine"
@@ -25,12 +27,41 @@ type Collection interface {
 
 // Target is what a Guarded writes through: a *mongo.Collection, or a test
 // double such as mocks.Fake. Find reads documents back to resolve
-// ambiguous inserts; ReplaceOne serves ConflictReplace.
+// ambiguous inserts, from the primary (see PrimaryReader); ReplaceOne
+// serves ConflictReplace.
 type Target interface {
 	Collection
 	Find(ctx context.Context, filter any, opts ...options.Lister[options.FindOptions]) (*mongo.Cursor, error)
 	ReplaceOne(ctx context.Context, filter any, replacement any, opts ...options.Lister[options.ReplaceOptions]) (*mongo.UpdateResult, error)
 	Name() string
+}
+
+// PrimaryReader is implemented by a Target that can read what its primary
+// holds, whatever its own read preference and read concern (mocks.Fake).
+// Every read that decides a disposition (the read-back of a possibly
+// applied insert, and so the identification of a duplicate key as the
+// call's own write) reads through ReadPrimary's view, with read preference
+// primary and read concern local: a lagging secondary would make own
+// writes look absent (C59). A hit proves presence on the primary, not
+// durability: the write-concern rules still apply. For a
+// *mongo.Collection writeguard makes that view itself (a Clone with those
+// options); any other Target without this method is read as it is.
+type PrimaryReader interface {
+	ReadPrimary() interface {
+		Find(ctx context.Context, filter any, opts ...options.Lister[options.FindOptions]) (*mongo.Cursor, error)
+	}
+}
+
+// primaryReads returns the view of t that reads what its primary holds
+// (see PrimaryReader).
+func primaryReads(t Target) engine.Reader {
+	switch c := t.(type) {
+	case *mongo.Collection:
+		return c.Clone(options.Collection().SetReadPreference(readpref.Primary()).SetReadConcern(readconcern.Local()))
+	case PrimaryReader:
+		return c.ReadPrimary()
+	}
+	return t
 }
 
 var (
@@ -105,7 +136,7 @@ func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 		Hooks: hooks.Compose(cfg.hooks...), Observed: len(cfg.hooks) > 0,
 		Logger: cfg.logger, Clock: cfg.clock,
 		ThrottledAttempts: cfg.throttledAttempts, UpsertRetries: cfg.upsertRetries,
-		AllowUnacked: cfg.allowUnacked, Reader: t, Report: newReport,
+		AllowUnacked: cfg.allowUnacked, Reader: primaryReads(t), Report: newReport,
 	})
 	return g, nil
 }

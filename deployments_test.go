@@ -190,3 +190,28 @@ func TestRepliesThatDoNotFit(t *testing.T) {
 		}
 	})
 }
+
+// C59: the collection reads a secondary that has not replicated the first
+// attempt's write (Lag); the re-send meets 11000 on every _id. The
+// read-back that decides "own write or someone else's" reads the primary
+// (mocks.Fake.ReadPrimary, a Clone with read preference primary and read
+// concern local for a *mongo.Collection): every document is
+// already_written, none a conflict.
+func TestC59ReadBackReadsThePrimary(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := mocks.NewFake("db.c59").Script(mocks.LoseReply()).Lag(4)
+		fx := newFixture(t, fake)
+		docs := []any{bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "_id", Value: 2}}, bson.D{{Key: "_id", Value: 3}}, bson.D{{Key: "_id", Value: 4}}}
+		_, err := fx.g.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+		if err != nil {
+			t.Fatalf("err = %v, want all four already_written", err)
+		}
+		primary, other := fake.Reads()
+		if primary == 0 || other != 0 {
+			t.Errorf("%d reads of the primary, %d through the collection's read preference; want only the primary", primary, other)
+		}
+		if len(fake.Docs()) != 4 {
+			t.Errorf("%d stored, want 4", len(fake.Docs()))
+		}
+	})
+}
