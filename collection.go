@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -49,6 +52,55 @@ type Target interface {
 type PrimaryReader interface {
 	ReadPrimary() interface {
 		Find(ctx context.Context, filter any, opts ...options.Lister[options.FindOptions]) (*mongo.Cursor, error)
+	}
+}
+
+// UniqueIDTarget is implemented by a Target that can say whether _id is
+// unique where its documents land (mocks.Fake; false for a time-series
+// collection). See WithUniqueID.
+type UniqueIDTarget interface {
+	UniqueID(ctx context.Context) (bool, error)
+}
+
+// uniqueID returns what the engine asks (Config.UniqueID): the declared
+// value, or what the target says, learned once (an error is not cached,
+// and counts as not unique for that call).
+func uniqueID(t Target, declared *bool) func(context.Context) bool {
+	if declared != nil {
+		v := *declared
+		return func(context.Context) bool { return v }
+	}
+	var ask func(context.Context) (bool, error)
+	switch c := t.(type) {
+	case *mongo.Collection:
+		ask = func(ctx context.Context) (bool, error) {
+			specs, err := c.Database().ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: c.Name()}})
+			if err != nil {
+				return false, err
+			}
+			return len(specs) == 0 || specs[0].Type != "timeseries", nil
+		}
+	case UniqueIDTarget:
+		ask = c.UniqueID
+	default:
+		return nil // unique
+	}
+	var (
+		mu     sync.Mutex
+		known  bool
+		unique bool
+	)
+	return func(ctx context.Context) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if !known {
+			v, err := ask(ctx)
+			if err != nil {
+				return false
+			}
+			known, unique = true, v
+		}
+		return unique
 	}
 }
 
@@ -137,6 +189,7 @@ func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 		Logger: cfg.logger, Clock: cfg.clock,
 		ThrottledAttempts: cfg.throttledAttempts, UpsertRetries: cfg.upsertRetries,
 		AllowUnacked: cfg.allowUnacked, Reader: primaryReads(t), Report: newReport,
+		UniqueID: uniqueID(t, cfg.uniqueID),
 	})
 	return g, nil
 }

@@ -215,3 +215,44 @@ func TestC59ReadBackReadsThePrimary(t *testing.T) {
 		}
 	})
 }
+
+// C55: a time-series collection has no unique _id. Attempt 1 of an
+// InsertMany is applied and its reply lost: the measurements are read back
+// (already_written), never re-sent; nothing is stored twice. A lost
+// InsertOne that did not land ends unknown with MaybeWritten, not re-sent.
+// WithUniqueID(false) declares the same for any target.
+func TestC55TimeSeriesNeverResends(t *testing.T) {
+	measurements := func() []any {
+		return []any{bson.D{{Key: "t", Value: 1}}, bson.D{{Key: "t", Value: 2}}, bson.D{{Key: "t", Value: 3}}}
+	}
+	t.Run("learned from the target", func(t *testing.T) {
+		fake := mocks.NewFake("db.c55").TimeSeries().Script(mocks.LoseReply())
+		fx := newFixture(t, fake)
+		if _, err := fx.g.InsertMany(ctx, measurements()); err != nil {
+			t.Fatalf("err = %v, want every measurement already_written", err)
+		}
+		if n := len(fake.Docs()); n != 3 || len(fake.Calls()) != 1 {
+			t.Errorf("%d stored in %d calls, want 3 in 1", n, len(fake.Calls()))
+		}
+	})
+	t.Run("declared", func(t *testing.T) {
+		fake := mocks.NewFake("db.c55d").Script(mocks.LoseReply())
+		fx := newFixture(t, fake, writeguard.WithUniqueID(false))
+		if _, err := fx.g.InsertMany(ctx, measurements()); err != nil || len(fake.Calls()) != 1 {
+			t.Fatalf("err = %v after %d calls, want already_written after 1", err, len(fake.Calls()))
+		}
+	})
+	t.Run("not found", func(t *testing.T) {
+		fake := mocks.NewFake("db.c55n").TimeSeries().Script(mocks.DropConnection())
+		fx := newFixture(t, fake)
+		_, err := fx.g.InsertOne(ctx, bson.D{{Key: "t", Value: 1}})
+		var r *writeguard.Report
+		if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.OutcomeUnknown || !r.Outcomes[0].MaybeWritten ||
+			r.Outcomes[0].Reason != writeguard.ReasonNotResendable {
+			t.Fatalf("err = %v, want unknown, MaybeWritten, not_resendable", err)
+		}
+		if len(fake.Calls()) != 1 || len(fake.Docs()) != 0 {
+			t.Errorf("%d calls, %d stored; want 1 and 0", len(fake.Calls()), len(fake.Docs()))
+		}
+	})
+}

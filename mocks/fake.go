@@ -44,6 +44,8 @@ type Fake struct {
 	script    []Fault
 	calls     []Call
 	reads     reads // fakeread.go
+	// timeSeries: no unique _id index (TimeSeries).
+	timeSeries bool
 }
 
 // Call records one write call the Fake received.
@@ -577,7 +579,10 @@ func (f *Fake) validate(doc bson.Raw) bson.D {
 // checkUnique returns an 11000 write error when doc duplicates a stored
 // document (other than the one at skip) on _id or a unique index.
 func (f *Fake) checkUnique(doc bson.Raw, skip int) bson.D {
-	indexes := append([][]string{{"_id"}}, f.unique...)
+	indexes := f.unique
+	if !f.timeSeries {
+		indexes = append([][]string{{"_id"}}, f.unique...)
+	}
 	for _, fields := range indexes {
 		var key bson.D
 		missing := 0

@@ -50,6 +50,10 @@ type Config struct {
 	UpsertRetries     int
 	AllowUnacked      bool
 	Reader            Reader
+	// UniqueID says whether _id is unique where the documents land (false:
+	// a time-series collection), asked when an insert may have been
+	// applied; nil: unique.
+	UniqueID func(ctx context.Context) bool
 	// Report turns a finished call that did not end all written into
 	// the error the call returns (the root's *Report), reading what the
 	// call proved through Call's accessors.

@@ -29,7 +29,10 @@ type Call struct {
 	extra    []error
 	parked   []*item // invalid items waiting for the dead-letter sink
 	window   int     // ordered: documents per attempt (0: all pending)
-	stopAt   int     // ordered: batch position of the last attempt's first write error, -1 when none
+	// noUniqueID: _id is not unique where the documents land (asked of
+	// Config.UniqueID once, when an insert may have been applied).
+	noUniqueID, uniqueAsked bool
+	stopAt                  int // ordered: batch position of the last attempt's first write error, -1 when none
 }
 
 // todo collects the actions decided for the documents of one attempt that

@@ -146,12 +146,27 @@ func (c *Call) decide(ctx context.Context, it *item, v verdict) Decision {
 	case policy.Unknown:
 		c.e.logUnknown(ctx, v.fail, c.op.Name)
 	}
+	if it.kind == KindInsert && it.mayBeApplied() {
+		c.askUniqueID(ctx)
+	}
 	return Route(Facts{
 		Class: it.class, WholeCommand: v.notOwn || v.fail.Index == policy.WholeCommand, Proof: v.proof,
-		Kind: it.kind, Upsert: it.upsert, Idempotent: c.idempotent,
+		Kind: it.kind, Upsert: it.upsert, Idempotent: c.idempotent, NoUniqueID: c.noUniqueID,
 		EverMaybe: it.mayBeApplied(), Unconfirmed: it.ev == unconfirmed,
 		UpsertRuns: it.upsertRuns, MaxUpsertRuns: c.e.cfg.UpsertRetries,
 	})
+}
+
+// askUniqueID learns, once per call, whether _id is unique where the
+// documents land (Config.UniqueID; nil: unique).
+func (c *Call) askUniqueID(ctx context.Context) {
+	if c.uniqueAsked {
+		return
+	}
+	c.uniqueAsked = true
+	if f := c.e.cfg.UniqueID; f != nil {
+		c.noUniqueID = !f(ctx)
+	}
 }
 
 // maybeInserts returns the pending inserts of batch that an attempt may

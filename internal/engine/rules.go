@@ -76,6 +76,10 @@ type Facts struct {
 	// Idempotent is true when the caller marked non-insert models safe to
 	// re-send after an ambiguous failure (writeguard.WithIdempotent).
 	Idempotent bool
+	// NoUniqueID is true when _id is not unique where the document lands
+	// (a time-series collection): a re-sent insert would be stored twice
+	// rather than refused, so a possibly applied insert is never re-sent.
+	NoUniqueID bool
 	// EverMaybe is true when this or an earlier attempt of the call may
 	// have applied the document (Proof MaybeApplied or AppliedUnconfirmed).
 	EverMaybe bool
@@ -88,9 +92,14 @@ type Facts struct {
 }
 
 // resendable reports whether the document may be sent again after an
-// attempt that may have applied it: inserts always (their _id makes them
-// idempotent), other models only when marked idempotent.
-func (f Facts) resendable() bool { return f.Kind == KindInsert || f.Idempotent }
+// attempt that may have applied it: inserts where _id is unique (their _id
+// makes them idempotent), other models only when marked idempotent.
+func (f Facts) resendable() bool {
+	if f.Kind == KindInsert {
+		return !f.NoUniqueID
+	}
+	return f.Idempotent
+}
 
 // Decision is the outcome of Route, GiveUp or AfterReadBack for one
 // document.
@@ -124,8 +133,9 @@ func settle(d policy.Disposition, rule string) Decision {
 //     Invalid or Conflict class on a whole-command shape is treated as
 //     Unknown (never dead-lettered, never handed to a conflict handler).
 //  3. Transient and Throttled: retried, unless the document may have been
-//     applied and may not be re-sent (a non-idempotent update after a lost
-//     reply): then as rule 6.
+//     applied and may not be re-sent: an insert where _id is not unique is
+//     read back (AfterReadBackNoUniqueID), a non-idempotent update after a
+//     lost reply ends as rule 6.
 //  4. Invalid (a per-document verdict): dead-lettered.
 //  5. Conflict: an insert that may have been applied by an earlier attempt
 //     is read back first (its own write, or someone else's); an upsert is
@@ -151,6 +161,9 @@ func Route(f Facts) Decision {
 	maybe := f.EverMaybe || f.Proof == policy.MaybeApplied
 	switch class {
 	case policy.Transient, policy.Throttled:
+		if maybe && f.Kind == KindInsert && f.NoUniqueID {
+			return Decision{Action: ReadBack, Rule: "maybe_applied_no_unique_id"}
+		}
 		if maybe && !f.resendable() {
 			return unretried(f, true, ReasonNotResendable)
 		}
@@ -292,6 +305,23 @@ func AfterReadBack(found, same, unconfirmed bool, fallback policy.Disposition) D
 		return settle(fallback, "not_found_stopping")
 	}
 	return Decision{Action: HandleConflict, Rule: "not_found_genuine_duplicate"}
+}
+
+// AfterReadBackNoUniqueID decides what a read-back of a possibly applied
+// insert proved where _id is not unique (a time-series collection), where
+// the insert is never re-sent: found and same, the call's own write
+// (already_written, or written_unconfirmed after a write concern error);
+// anything else, unknown: a document found under the _id is no conflict
+// (nothing refuses a second one), and absence does not prove the lost
+// write will not land.
+func AfterReadBackNoUniqueID(found, same, unconfirmed bool) Decision {
+	switch {
+	case found && same && unconfirmed:
+		return settle(policy.WrittenUnconfirmed, "own_write_unconfirmed")
+	case found && same:
+		return settle(policy.AlreadyWritten, "own_write")
+	}
+	return because(settle(policy.OutcomeUnknown, "unresolved_no_unique_id"), ReasonNotResendable)
 }
 
 // AttemptLimit returns how many attempts a document whose last failure is

@@ -285,3 +285,41 @@ func TestRouteGivesReasons(t *testing.T) {
 		}
 	}
 }
+
+// Where _id is not unique (a time-series collection), an insert that may
+// have been applied is never re-sent: it is read back (transient and
+// throttled failures) or ends unknown; and its read-back decides only
+// "own write" or unknown (C55).
+func TestNoUniqueIDNeverResends(t *testing.T) {
+	n := everyFacts(func(f engine.Facts) {
+		f.NoUniqueID = true
+		d := engine.Route(f)
+		maybe := f.EverMaybe || f.Proof == policy.MaybeApplied || f.Proof == policy.AppliedUnconfirmed
+		if f.Kind != engine.KindInsert || !maybe {
+			return
+		}
+		if d.Action == engine.Retry {
+			t.Errorf("%+v -> retry (%s): a possibly applied insert re-sent where _id is not unique", f, d.Rule)
+		}
+		if f.Class.Retryable() && f.Proof != policy.AppliedUnconfirmed && !f.Unconfirmed && d.Action != engine.ReadBack {
+			t.Errorf("%+v -> %s %s (%s), want a read-back", f, d.Action, d.Disposition, d.Rule)
+		}
+	})
+	if n == 0 {
+		t.Fatal("no facts")
+	}
+	cases := []struct {
+		found, same, unconf bool
+		disp                policy.Disposition
+	}{
+		{true, true, false, policy.AlreadyWritten},
+		{true, true, true, policy.WrittenUnconfirmed},
+		{true, false, false, policy.OutcomeUnknown},
+		{false, false, false, policy.OutcomeUnknown},
+	}
+	for _, c := range cases {
+		if d := engine.AfterReadBackNoUniqueID(c.found, c.same, c.unconf); d.Action != engine.Settle || d.Disposition != c.disp {
+			t.Errorf("AfterReadBackNoUniqueID(%v, %v, %v) = %s %s, want settle %s", c.found, c.same, c.unconf, d.Action, d.Disposition, c.disp)
+		}
+	}
+}
