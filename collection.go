@@ -104,6 +104,50 @@ func uniqueID(t Target, declared *bool) func(context.Context) bool {
 	}
 }
 
+// HelloTarget is implemented by a Target that can give the server's
+// handshake reply (mocks.Fake): its maxWriteBatchSize,
+// maxMessageSizeBytes and maxBsonObjectSize bound the commands writeguard
+// forms. A *mongo.Collection is asked with the hello command; any other
+// Target gets the defaults every server states (100000 statements,
+// 48000000 bytes, 16 MiB).
+type HelloTarget interface {
+	Hello(ctx context.Context) (bson.Raw, error)
+}
+
+// limits returns what the engine asks (Config.Limits): the server's
+// limits on one write command, learned once (an error is not cached and
+// gives the defaults for that call).
+func limits(t Target) func(context.Context) engine.Limits {
+	var ask func(context.Context) (bson.Raw, error)
+	switch c := t.(type) {
+	case *mongo.Collection:
+		ask = func(ctx context.Context) (bson.Raw, error) {
+			return c.Database().RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
+		}
+	case HelloTarget:
+		ask = c.Hello
+	default:
+		return nil
+	}
+	var (
+		mu    sync.Mutex
+		known *engine.Limits
+	)
+	return func(ctx context.Context) engine.Limits {
+		mu.Lock()
+		defer mu.Unlock()
+		if known == nil {
+			reply, err := ask(ctx)
+			if err != nil {
+				return engine.DefaultLimits
+			}
+			l := engine.ParseHello(reply)
+			known = &l
+		}
+		return *known
+	}
+}
+
 // primaryReads returns the view of t that reads what its primary holds
 // (see PrimaryReader).
 func primaryReads(t Target) engine.Reader {
@@ -189,7 +233,7 @@ func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 		Logger: cfg.logger, Clock: cfg.clock,
 		ThrottledAttempts: cfg.throttledAttempts, UpsertRetries: cfg.upsertRetries,
 		AllowUnacked: cfg.allowUnacked, Reader: primaryReads(t), Report: newReport,
-		UniqueID: uniqueID(t, cfg.uniqueID),
+		UniqueID: uniqueID(t, cfg.uniqueID), Limits: limits(t),
 	})
 	return g, nil
 }

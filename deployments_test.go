@@ -256,3 +256,56 @@ func TestC55TimeSeriesNeverResends(t *testing.T) {
 		}
 	})
 }
+
+// C60: one driver call, one server command. A BulkWrite of two inserts and
+// an update goes out as two commands (one per command kind, as the driver
+// sends it); the update's command is refused (13 Unauthorized). What that
+// command proved belongs to its statement only: the inserts are written,
+// the update failed. The same holds for an InsertMany split by the
+// server's maxWriteBatchSize: a later command's failure says nothing
+// against the documents of earlier ones.
+func TestC60OneCallOneCommand(t *testing.T) {
+	unauthorized := `{"ok":0,"code":13,"codeName":"Unauthorized","errmsg":"not authorized on db to execute command { update: ... }"}`
+	models := []mongo.WriteModel{
+		mongo.NewInsertOneModel().SetDocument(bson.D{{Key: "_id", Value: "o-1"}}),
+		mongo.NewInsertOneModel().SetDocument(bson.D{{Key: "_id", Value: "o-2"}}),
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: "u-1"}}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "x", Value: 1}}}}),
+	}
+	for _, ordered := range []bool{true, false} {
+		fake := mocks.NewFake("db.c60").Script(mocks.Pass(), mocks.Reply(unauthorized))
+		fx := newFixture(t, fake)
+		res, err := fx.g.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(ordered))
+		var r *writeguard.Report
+		if !errors.As(err, &r) {
+			t.Fatalf("ordered %v: err = %v, want a Report", ordered, err)
+		}
+		want := []writeguard.Disposition{writeguard.Written, writeguard.Written, writeguard.Failed}
+		if got := dispositions(r); fmt.Sprint(got) != fmt.Sprint(want) || r.Outcomes[2].MaybeWritten {
+			t.Errorf("ordered %v: %v, want %v", ordered, got, want)
+		}
+		if len(fake.Calls()) != 2 || fake.Calls()[0].Models != 2 || fake.Calls()[1].Models != 1 || res.InsertedCount != 2 {
+			t.Errorf("ordered %v: calls %+v, result %+v; want 2 commands (2 inserts, 1 update), 2 inserted", ordered, fake.Calls(), res)
+		}
+	}
+	for _, ordered := range []bool{true, false} {
+		fake := mocks.NewFake("db.c60m").Limits(2, 0).Script(mocks.Pass(), mocks.Reply(`{"ok":0,"code":13,"codeName":"Unauthorized","errmsg":"not authorized"}`))
+		fx := newFixture(t, fake)
+		_, err := fx.g.InsertMany(ctx, sixDocs("m")[:5], options.InsertMany().SetOrdered(ordered))
+		var r *writeguard.Report
+		if !errors.As(err, &r) {
+			t.Fatalf("ordered %v: err = %v, want a Report", ordered, err)
+		}
+		want := []writeguard.Disposition{"written", "written", "failed", "failed", "not_attempted"}
+		if !ordered {
+			want[4] = "written"
+		}
+		if got := dispositions(r); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("ordered %v: %v, want %v", ordered, got, want)
+		}
+		for _, c := range fake.Calls() {
+			if c.Models > 2 {
+				t.Errorf("ordered %v: a command of %d statements, over maxWriteBatchSize 2", ordered, c.Models)
+			}
+		}
+	}
+}

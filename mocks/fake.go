@@ -46,6 +46,8 @@ type Fake struct {
 	reads     reads // fakeread.go
 	// timeSeries: no unique _id index (TimeSeries).
 	timeSeries bool
+	// hello is the handshake reply Hello returns (Limits).
+	hello bson.D
 }
 
 // Call records one write call the Fake received.

@@ -771,7 +771,15 @@ func TestBulkWrite(t *testing.T) {
 		"writeguard.dispositions.written": "2",
 		"writeguard.disposition":          absent,
 	})
-	childOf(t, hx.one(t, "bulkWrite orders attempt"), op)
+	// One driver call per server command (an insert, then an update):
+	// one attempt span each, both children of the operation.
+	attempts := hx.ended("bulkWrite orders attempt")
+	if len(attempts) != 2 {
+		t.Fatalf("%d attempt spans, want 2 (one per command); ended: %v", len(attempts), hx.names())
+	}
+	for _, a := range attempts {
+		childOf(t, a, op)
+	}
 }
 
 // reportLike is an unhandled call error with an ErrorType method, as

@@ -29,6 +29,8 @@ type Call struct {
 	extra    []error
 	parked   []*item // invalid items waiting for the dead-letter sink
 	window   int     // ordered: documents per attempt (0: all pending)
+	offset   int     // position of the current command's first statement in its pass
+	lim      *Limits // the server's limits, once asked (commands.go)
 	// noUniqueID: _id is not unique where the documents land (asked of
 	// Config.UniqueID once, when an insert may have been applied).
 	noUniqueID, uniqueAsked bool
@@ -73,9 +75,17 @@ func (c *Call) run(ctx context.Context) (any, error) {
 			break
 		}
 		c.stopAt = -1
-		res, err := c.attempt(ctx, batch, delay)
-		if c.attempts == 1 && (err == nil || errors.Is(err, ErrUnacked)) {
-			first = res
+		cmds := c.commands(ctx, batch)
+		c.offset = 0
+		for k, cmd := range cmds {
+			if k > 0 && (ctx.Err() != nil || c.ordered && !wroteAll(cmds[k-1])) {
+				break // the rest stays pending: the next pass sends it, or gives it up
+			}
+			res, err := c.attempt(ctx, cmd, delay)
+			if c.attempts == 1 && len(cmds) == 1 && (err == nil || errors.Is(err, ErrUnacked)) {
+				first = res
+			}
+			delay, c.offset = 0, c.offset+len(cmd)
 		}
 		if c.ordered {
 			c.window = OrderedWindow(c.window, len(batch), c.stopAt)

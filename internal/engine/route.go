@@ -55,7 +55,7 @@ func (c *Call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 	if c.ordered {
 		for i := range batch {
 			if perDoc[i] != nil {
-				stop, c.stopAt = i, i
+				stop, c.stopAt = i, c.offset+i
 				break
 			}
 		}

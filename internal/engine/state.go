@@ -87,6 +87,8 @@ type item struct {
 	model      mongo.WriteModel
 	send       mongo.WriteModel // bulk: the model to send
 	upsert     bool
+	cmd        cmdKind // the server command it goes out in
+	size       int     // bytes in its command (statementSize; 0: not measured yet)
 	disp       policy.Disposition
 	fail       *policy.Failure
 	class      policy.Class
