@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
-	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/internal/engine"
@@ -62,48 +59,6 @@ type UniqueIDTarget interface {
 	UniqueID(ctx context.Context) (bool, error)
 }
 
-// uniqueID returns what the engine asks (Config.UniqueID): the declared
-// value, or what the target says, learned once (an error is not cached,
-// and counts as not unique for that call).
-func uniqueID(t Target, declared *bool) func(context.Context) bool {
-	if declared != nil {
-		v := *declared
-		return func(context.Context) bool { return v }
-	}
-	var ask func(context.Context) (bool, error)
-	switch c := t.(type) {
-	case *mongo.Collection:
-		ask = func(ctx context.Context) (bool, error) {
-			specs, err := c.Database().ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: c.Name()}})
-			if err != nil {
-				return false, err
-			}
-			return len(specs) == 0 || specs[0].Type != "timeseries", nil
-		}
-	case UniqueIDTarget:
-		ask = c.UniqueID
-	default:
-		return nil // unique
-	}
-	var (
-		mu     sync.Mutex
-		known  bool
-		unique bool
-	)
-	return func(ctx context.Context) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if !known {
-			v, err := ask(ctx)
-			if err != nil {
-				return false
-			}
-			known, unique = true, v
-		}
-		return unique
-	}
-}
-
 // HelloTarget is implemented by a Target that can give the server's
 // handshake reply (mocks.Fake): its maxWriteBatchSize,
 // maxMessageSizeBytes and maxBsonObjectSize bound the commands writeguard
@@ -112,52 +67,6 @@ func uniqueID(t Target, declared *bool) func(context.Context) bool {
 // 48000000 bytes, 16 MiB).
 type HelloTarget interface {
 	Hello(ctx context.Context) (bson.Raw, error)
-}
-
-// limits returns what the engine asks (Config.Limits): the server's
-// limits on one write command, learned once (an error is not cached and
-// gives the defaults for that call).
-func limits(t Target) func(context.Context) engine.Limits {
-	var ask func(context.Context) (bson.Raw, error)
-	switch c := t.(type) {
-	case *mongo.Collection:
-		ask = func(ctx context.Context) (bson.Raw, error) {
-			return c.Database().RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
-		}
-	case HelloTarget:
-		ask = c.Hello
-	default:
-		return nil
-	}
-	var (
-		mu    sync.Mutex
-		known *engine.Limits
-	)
-	return func(ctx context.Context) engine.Limits {
-		mu.Lock()
-		defer mu.Unlock()
-		if known == nil {
-			reply, err := ask(ctx)
-			if err != nil {
-				return engine.DefaultLimits
-			}
-			l := engine.ParseHello(reply)
-			known = &l
-		}
-		return *known
-	}
-}
-
-// primaryReads returns the view of t that reads what its primary holds
-// (see PrimaryReader).
-func primaryReads(t Target) engine.Reader {
-	switch c := t.(type) {
-	case *mongo.Collection:
-		return c.Clone(options.Collection().SetReadPreference(readpref.Primary()).SetReadConcern(readconcern.Local()))
-	case PrimaryReader:
-		return c.ReadPrimary()
-	}
-	return t
 }
 
 var (
@@ -232,8 +141,8 @@ func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 		Hooks: hooks.Compose(cfg.hooks...), Observed: len(cfg.hooks) > 0,
 		Logger: cfg.logger, Clock: cfg.clock,
 		ThrottledAttempts: cfg.throttledAttempts, UpsertRetries: cfg.upsertRetries,
-		AllowUnacked: cfg.allowUnacked, Reader: primaryReads(t), Report: newReport,
-		UniqueID: uniqueID(t, cfg.uniqueID), Limits: limits(t),
+		AllowUnacked: cfg.allowUnacked, Reader: engine.PrimaryReads(t), Report: newReport,
+		UniqueID: engine.UniqueID(t, cfg.uniqueID), Limits: engine.LimitsOf(t),
 	})
 	return g, nil
 }
