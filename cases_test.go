@@ -489,7 +489,8 @@ func TestC21DeadlineDuringFlight(t *testing.T) {
 }
 
 // C22: a failure that never heals stops after the configured attempts,
-// with the documents exhausted (never dead-lettered) and their ids kept.
+// with the documents unknown (every reply was lost: each may have been
+// applied; C63), never dead-lettered, their ids kept.
 func TestC22NoRetryStorm(t *testing.T) {
 	var script []mocks.Fault
 	for i := 0; i < 10; i++ {
@@ -503,8 +504,8 @@ func TestC22NoRetryStorm(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	for _, o := range r.Outcomes {
-		if o.Disposition != writeguard.Exhausted || o.ID == nil || o.Attempts != 3 {
-			t.Errorf("outcome %+v, want exhausted after 3 attempts with its id", o)
+		if o.Disposition != writeguard.OutcomeUnknown || !o.MaybeWritten || o.Reason != writeguard.ReasonAttemptsSpent || o.ID == nil || o.Attempts != 3 {
+			t.Errorf("outcome %+v, want unknown, MaybeWritten, attempts_spent after 3 attempts with its id", o)
 		}
 	}
 	if n := len(fake.Calls()); n != 3 {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -25,12 +27,46 @@ type Collection interface {
 
 // Target is what a Guarded writes through: a *mongo.Collection, or a test
 // double such as mocks.Fake. Find reads documents back to resolve
-// ambiguous inserts; ReplaceOne serves ConflictReplace.
+// ambiguous inserts, from the primary (see PrimaryReader); ReplaceOne
+// serves ConflictReplace.
 type Target interface {
 	Collection
 	Find(ctx context.Context, filter any, opts ...options.Lister[options.FindOptions]) (*mongo.Cursor, error)
 	ReplaceOne(ctx context.Context, filter any, replacement any, opts ...options.Lister[options.ReplaceOptions]) (*mongo.UpdateResult, error)
 	Name() string
+}
+
+// PrimaryReader is implemented by a Target that can read what its primary
+// holds, whatever its own read preference and read concern (mocks.Fake).
+// Every read that decides a disposition (the read-back of a possibly
+// applied insert, and so the identification of a duplicate key as the
+// call's own write) reads through ReadPrimary's view, with read preference
+// primary and read concern local: a lagging secondary would make own
+// writes look absent (C59). A hit proves presence on the primary, not
+// durability: the write-concern rules still apply. For a
+// *mongo.Collection writeguard makes that view itself (a Clone with those
+// options); any other Target without this method is read as it is.
+type PrimaryReader interface {
+	ReadPrimary() interface {
+		Find(ctx context.Context, filter any, opts ...options.Lister[options.FindOptions]) (*mongo.Cursor, error)
+	}
+}
+
+// UniqueIDTarget is implemented by a Target that can say whether _id is
+// unique where its documents land (mocks.Fake; false for a time-series
+// collection). See WithUniqueID.
+type UniqueIDTarget interface {
+	UniqueID(ctx context.Context) (bool, error)
+}
+
+// HelloTarget is implemented by a Target that can give the server's
+// handshake reply (mocks.Fake): its maxWriteBatchSize,
+// maxMessageSizeBytes and maxBsonObjectSize bound the commands writeguard
+// forms. A *mongo.Collection is asked with the hello command; any other
+// Target gets the defaults every server states (100000 statements,
+// 48000000 bytes, 16 MiB).
+type HelloTarget interface {
+	Hello(ctx context.Context) (bson.Raw, error)
 }
 
 var (
@@ -105,7 +141,8 @@ func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 		Hooks: hooks.Compose(cfg.hooks...), Observed: len(cfg.hooks) > 0,
 		Logger: cfg.logger, Clock: cfg.clock,
 		ThrottledAttempts: cfg.throttledAttempts, UpsertRetries: cfg.upsertRetries,
-		AllowUnacked: cfg.allowUnacked, Reader: t, Report: newReport,
+		AllowUnacked: cfg.allowUnacked, Reader: engine.PrimaryReads(t), Report: newReport,
+		UniqueID: engine.UniqueID(t, cfg.uniqueID), Limits: engine.LimitsOf(t),
 		Settled: cfg.breaker.settled(g.Namespace(), cfg.logger, cfg.clock), // breaker.go
 	})
 	return g, nil

@@ -134,8 +134,10 @@ func (g *Guarded) resolver(h ConflictHandler) engine.Resolver {
 }
 
 // PanicError is the error kept in an Outcome (Outcome.Err) when a conflict
-// handler or a dead-letter sink panicked: the engine recovered the panic,
-// and the other documents' outcomes are untouched. Its Error names what
+// handler or a dead-letter sink panicked, and the attempt's error
+// (Report.Err; What "target") when the Target panicked while it ran: the
+// panic was recovered, the other documents' outcomes are untouched, and
+// the documents of a panicked attempt are maybe applied. Its Error names what
 // panicked and the value; Stack returns the stack of the goroutine that
 // panicked (runtime/debug.Stack). Reach it with errors.As.
 type PanicError = engine.PanicError

@@ -39,6 +39,7 @@ type config struct {
 	upsertRetries     int
 	allowUnacked      bool
 	breaker           *breaker // WithDeadLetterBreaker; nil: off
+	uniqueID          *bool    // declared by WithUniqueID; nil: learned from the target
 	errs              []error
 }
 
@@ -234,6 +235,30 @@ func WithUpsertConflictRetries(n int) Option {
 // ErrUnacknowledged.
 func WithUnacknowledged() Option {
 	return optionFunc(func(cfg *config) { cfg.allowUnacked = true })
+}
+
+// WithUniqueID declares whether _id is unique where the documents land:
+// false for a time-series collection (no unique indexes: MongoDB manual,
+// time-series limitations; SERVER-99329). Where it is not, an insert that
+// may have been applied (a lost reply, an interruption) is never re-sent,
+// since a second copy would be stored rather than refused: it is read back
+// from the primary, and ends already_written when found, unknown with
+// MaybeWritten otherwise (the lost write may still land).
+//
+// Default: learned once per Guarded, when an insert first may have been
+// applied: a *mongo.Collection asks the server (listCollections: type
+// "timeseries" means not unique), a Target that implements UniqueIDTarget
+// is asked, any other Target is taken as unique. While the server cannot be
+// asked (the error is not cached), _id counts as not unique: no insert is
+// re-sent on a guess.
+//
+// On a sharded collection whose shard key is not _id, _id is unique per
+// shard only; a re-sent insert is the same document with the same shard
+// key, so it goes to the shard that holds the first copy and is refused
+// there: true (the default) holds, unless the shard key value itself
+// changes between attempts, which writeguard never does.
+func WithUniqueID(unique bool) Option {
+	return optionFunc(func(cfg *config) { cfg.uniqueID = &unique })
 }
 
 // isNil reports whether v is nil or an interface holding a nil pointer,

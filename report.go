@@ -35,6 +35,25 @@ const (
 	Unacknowledged     = policy.Unacknowledged
 )
 
+// Reason says why an input ended without being stored or handled (see the
+// constants); "" (ReasonNone) for a stored or handled input.
+type Reason = engine.Reason
+
+// The reasons of Outcome.Reason; String gives their names.
+const (
+	ReasonNone          = engine.ReasonNone          // stored or handled
+	ReasonAttemptsSpent = engine.ReasonAttemptsSpent // "attempts_spent": its attempts reached the limit of its class
+	ReasonMaxElapsed    = engine.ReasonMaxElapsed    // "max_elapsed": the next wait would end past Backoff.MaxElapsed
+	ReasonBudgetRefused = engine.ReasonBudgetRefused // "budget_refused": the retry budget refused the retry
+	ReasonDeadline      = engine.ReasonDeadline      // "deadline": the context ended, or its deadline was too close
+	ReasonOrderedStop   = engine.ReasonOrderedStop   // "ordered_stop": an ordered write stopped at an earlier input
+	ReasonConfiguration = engine.ReasonConfiguration // "configuration": a configuration failure ended the call
+	ReasonNotSent       = engine.ReasonNotSent       // "not_sent": it never left the client (a client-side error)
+	ReasonNotRetried    = engine.ReasonNotRetried    // "not_retried": its failure's class is never retried
+	ReasonNotResendable = engine.ReasonNotResendable // "not_resendable": maybe applied, and it may not be sent again
+	ReasonSinkFailed    = engine.ReasonSinkFailed    // "sink_failed": no dead-letter sink stored it
+)
+
 // Sentinels for errors.Is on a *Report: the Report matches each sentinel
 // whose disposition at least one input has.
 var (
@@ -94,6 +113,12 @@ type Outcome struct {
 	Failure *policy.Failure
 	// Attempts is how many times it was sent (0 for not_attempted).
 	Attempts int
+	// Reason says why it ended unstored and unhandled: why its retries
+	// stopped (attempts_spent, max_elapsed, budget_refused, deadline,
+	// ordered_stop, configuration) or why it was never retried (not_sent,
+	// not_retried, not_resendable, sink_failed). ReasonNone when it is
+	// stored or handled.
+	Reason Reason
 	// MaybeWritten is true when an attempt may have applied the document
 	// (a lost reply, a timeout after sending, an interrupted command) and
 	// no later reply or read-back proved it stored or absent: reconcile by
@@ -145,7 +170,7 @@ func newReport(c *engine.Call) error {
 	r.Outcomes = make([]Outcome, c.Len())
 	for i := range r.Outcomes {
 		r.Outcomes[i] = Outcome{Index: i, ID: c.ID(i), Disposition: c.Disposition(i), Class: c.Class(i), Failure: c.Failure(i),
-			Attempts: c.Sent(i), MaybeWritten: c.MaybeWritten(i), Document: c.Document(i), Model: c.Model(i), Err: c.Err(i)}
+			Attempts: c.Sent(i), Reason: c.Reason(i), MaybeWritten: c.MaybeWritten(i), Document: c.Document(i), Model: c.Model(i), Err: c.Err(i)}
 	}
 	return r
 }

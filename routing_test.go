@@ -275,8 +275,9 @@ func TestBudgetStopsRetries(t *testing.T) {
 		fx := newFixture(t, fake, writeguard.WithBudget(budget), writeguard.WithBackoff(backoff))
 		t0 := time.Now()
 		_, err = fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}})
-		if !errors.Is(err, writeguard.ErrExhausted) {
-			t.Fatalf("err = %v, want ErrExhausted", err)
+		var r *writeguard.Report
+		if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.OutcomeUnknown || r.Outcomes[0].Reason != writeguard.ReasonBudgetRefused {
+			t.Fatalf("err = %v, want unknown (lost replies) for budget_refused", err)
 		}
 		if n := len(fake.Calls()); n != 3 {
 			t.Errorf("%d attempts, want 3 (1 + 2 retries the budget allowed)", n)

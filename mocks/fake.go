@@ -47,8 +47,11 @@ type Fake struct {
 	validator func(doc bson.Raw) (errInfo bson.Raw, reject bool)
 	script    []Fault
 	calls     []Call
+	reads     reads // fakeread.go
 	// timeSeries: no unique _id index (TimeSeries).
 	timeSeries bool
+	// hello is the handshake reply Hello returns (Limits).
+	hello bson.D
 }
 
 // The collection types CollectionType reports, as listCollections names
@@ -58,26 +61,10 @@ const (
 	TypeTimeSeries = "timeseries"
 )
 
-// TimeSeries makes f behave as a time-series collection does for writes:
-// it has no unique _id index, so inserting a document whose _id is already
-// stored stores a second copy (MongoDB manual, "Time Series Collection
-// Limitations": no unique indexes; SERVER-99329: a retried insert stores a
-// measurement twice). Unique indexes added with Unique still apply (a real
-// time-series collection refuses them; a test may want one anyway). It
-// returns f. CollectionType then reports TypeTimeSeries.
-func (f *Fake) TimeSeries() *Fake {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.timeSeries = true
-	return f
-}
-
 // CollectionType returns what listCollections reports as the collection's
-// "type": TypeTimeSeries after TimeSeries, else TypeCollection. It is how
-// code guarding a Fake learns whether a unique _id index protects a
-// re-sent insert (the server's equivalent is listCollections with
-// filter {name: <collection>}). The error is always nil; it is there so
-// that an interface a real collection can also satisfy fits it.
+// "type": TypeTimeSeries after TimeSeries, else TypeCollection. The error
+// is always nil; it is there so that an interface a real collection can
+// also satisfy fits it.
 func (f *Fake) CollectionType(context.Context) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -630,9 +617,9 @@ func (f *Fake) validate(doc bson.Raw) bson.D {
 // checkUnique returns an 11000 write error when doc duplicates a stored
 // document (other than the one at skip) on _id or a unique index.
 func (f *Fake) checkUnique(doc bson.Raw, skip int) bson.D {
-	indexes := append([][]string{{"_id"}}, f.unique...)
-	if f.timeSeries {
-		indexes = f.unique
+	indexes := f.unique
+	if !f.timeSeries {
+		indexes = append([][]string{{"_id"}}, f.unique...)
 	}
 	for _, fields := range indexes {
 		var key bson.D
@@ -680,20 +667,10 @@ func (f *Fake) checkUnique(doc bson.Raw, skip int) bson.D {
 
 // Find implements writeguard.Target: filters with equality on top-level
 // fields and {field: {$in: [...]}}.
+// Reads through Find follow the Fake's read preference (see Lag); reads
+// through ReadPrimary see what the primary holds.
 func (f *Fake) Find(ctx context.Context, filter any, _ ...options.Lister[options.FindOptions]) (*mongo.Cursor, error) {
-	fr, err := bson.Marshal(filter)
-	if err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	var out []any
-	for _, d := range f.docs {
-		if matches(d, fr) {
-			out = append(out, d)
-		}
-	}
-	f.mu.Unlock()
-	return mongo.NewCursorFromDocuments(out, nil, nil)
+	return f.find(filter, false)
 }
 
 // ReplaceOne implements writeguard.Target.

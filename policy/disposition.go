@@ -31,17 +31,21 @@ const (
 	// ConflictReplaced: the conflict handler replaced the stored document
 	// that held the conflicting key.
 	ConflictReplaced Disposition = "conflict_replaced"
-	// Failed: an unknown or permanent failure (never retried).
+	// Failed: an unknown or permanent failure (never retried) that left
+	// the document not applied, or a client-side error (never sent).
 	Failed Disposition = "failed"
-	// Exhausted: transient failures until the attempts, the elapsed time
-	// or the retry budget ran out.
+	// Exhausted: every attempt proved the document not applied (transient
+	// failures), until the attempts, the elapsed time, the retry budget or
+	// the context ran out. Never a document that may have been applied.
 	Exhausted Disposition = "exhausted"
 	// NotAttempted: never sent, because an ordered write stopped earlier
 	// or the call was aborted.
 	NotAttempted Disposition = "not_attempted"
-	// OutcomeUnknown: the write was in flight when the call had to stop
-	// (context deadline, a non-idempotent model after a lost reply); it may
-	// or may not have been applied.
+	// OutcomeUnknown: an attempt may have applied the document (a lost
+	// reply, a deadline during flight, a write error that proves nothing)
+	// and nothing resolved it: not re-sendable (a non-idempotent model), or
+	// its read-back found nothing or failed when the call stopped. The
+	// Outcome has MaybeWritten.
 	OutcomeUnknown Disposition = "unknown"
 	// Unacknowledged: sent with an unacknowledged write concern (w: 0);
 	// the server reported nothing, so nothing is claimed.

@@ -86,7 +86,7 @@ func writeErrorFailure(we mongo.WriteError, err error) Failure {
 	f := Failure{
 		Index:   we.Index,
 		Origin:  OriginServer,
-		Shape:   ShapeWriteError,
+		Shape:   writeErrorShape(int32(we.Code), we.Message),
 		Code:    int32(we.Code),
 		Message: we.Message,
 		ErrInfo: we.Details,
@@ -99,7 +99,18 @@ func writeErrorFailure(we mongo.WriteError, err error) Failure {
 		f.KeyValue = lookupDoc(we.Raw, "keyValue")
 	}
 	f.RetryAfter = retryAfter(f.Message, we.Raw)
+	f.Ambiguous = f.Proof() == MaybeApplied
 	return f
+}
+
+// writeErrorShape is ShapeWriteError for a code that is a verdict on its
+// statement (WriteErrorVerdictCodes, or mongos's 16460 wrapping an E11000),
+// ShapeWriteErrorUnproven for any other.
+func writeErrorShape(code int32, msg string) Shape {
+	if inCodes(WriteErrorVerdictCodes, code) || code == 16460 && strings.Contains(msg, " E11000 ") {
+		return ShapeWriteError
+	}
+	return ShapeWriteErrorUnproven
 }
 
 func wceFailure(wce *mongo.WriteConcernError, labels []string, err error) Failure {
@@ -199,7 +210,27 @@ func clientError(err error) bool {
 	var me mongo.MarshalError
 	var ia mongo.InvalidArgumentError
 	var om mongo.ErrMapForOrderedArgument
-	return errors.As(err, &me) || errors.As(err, &ia) || errors.As(err, &om) || errors.Is(err, mongo.ErrClientDisconnected)
+	return errors.As(err, &me) || errors.As(err, &ia) || errors.As(err, &om) || errors.Is(err, mongo.ErrClientDisconnected) ||
+		driverArgumentError(err.Error())
+}
+
+// driverArgumentErrors are the messages of the driver's argument checks
+// that return a plain error, raised while it builds the command, before
+// anything is sent (mongo-go-driver v2 mongo/mongo.go ensureDollarKey,
+// ensureNoDollarKey): the message is their only sign.
+var driverArgumentErrors = []string{
+	"update document must contain key beginning with '$'",
+	"update document must have at least one element",
+	"replacement document cannot contain keys beginning with '$'",
+}
+
+func driverArgumentError(msg string) bool {
+	for _, m := range driverArgumentErrors {
+		if msg == m {
+			return true
+		}
+	}
+	return false
 }
 
 // serverShape is the shape of a whole-command ok: 0 reply with code.

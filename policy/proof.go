@@ -105,6 +105,16 @@ const (
 	// ShapeUnrecognized is an error of no shape the driver produces (a
 	// custom Target's own error, say): nothing says whether it was sent.
 	ShapeUnrecognized
+	// ShapeWriteErrorUnproven is one entry of writeErrors whose code is
+	// not a verdict on its statement (not in WriteErrorVerdictCodes): an
+	// interruption, a network failure or "Write results unavailable" that
+	// mongos reports on every statement it had sent to a shard.
+	ShapeWriteErrorUnproven
+	// ShapeWriteErrorNoStatement is a write error whose index names no
+	// statement of the command it answered: it cannot be attributed, and
+	// proves nothing about any document. Extract cannot see it (it does not
+	// know the command); the write loop gives a failure this shape.
+	ShapeWriteErrorNoStatement
 	shapeCount
 )
 
@@ -124,6 +134,11 @@ type ReplyShape struct {
 	// documents before the first write error of an ordered write). For
 	// whole-command shapes it equals Failed.
 	Others Proof
+	// Tail is what it proves about the statements after it in an ordered
+	// command (the server stops there): NotApplied after a verdict, and
+	// what Failed says for the shapes that prove nothing. For
+	// whole-command shapes it equals Failed.
+	Tail Proof
 	// Source names the specification, server code or driver behaviour the
 	// row follows.
 	Source string
@@ -131,9 +146,8 @@ type ReplyShape struct {
 
 // ReplyShapes returns the table of what each failure shape proves, one row
 // per Shape in Shape order (a copy: the table itself cannot be changed).
-// Failure.Proof looks the proof up in it. Documents after the first write
-// error of an ordered write are NotApplied (the server stops there: CRUD
-// spec, "ordered" option; mongod write_ops_exec.cpp).
+// Failure.Proof looks the proof up in it; the write loop reads every proof
+// from it (Failed, Others and Tail), none is written anywhere else.
 func ReplyShapes() []ReplyShape { return append([]ReplyShape(nil), replyShapes[:]...) }
 
 // Row returns the shape's row of ReplyShapes.
@@ -141,41 +155,45 @@ func (s Shape) Row() ReplyShape {
 	if s < shapeCount {
 		return replyShapes[s]
 	}
-	return ReplyShape{Shape: s, Name: "shape(" + strconv.Itoa(int(s)) + ")", Failed: MaybeApplied, Others: MaybeApplied}
+	return ReplyShape{Shape: s, Name: "shape(" + strconv.Itoa(int(s)) + ")", Failed: MaybeApplied, Others: MaybeApplied, Tail: MaybeApplied}
 }
 
 var replyShapes = [shapeCount]ReplyShape{
-	ShapeWriteError: {ShapeWriteError, "write_error", NotApplied, Applied,
-		"server: a write error means the statement was not applied; the others of the batch were (write_ops_exec.cpp performInserts; CRUD spec, BulkWriteException)"},
-	ShapeWriteConcernError: {ShapeWriteConcernError, "write_concern_error", AppliedUnconfirmed, AppliedUnconfirmed,
+	ShapeWriteErrorUnproven: {ShapeWriteErrorUnproven, "write_error_unproven", MaybeApplied, Applied, MaybeApplied,
+		"mongos: a shard's batch that fails as a whole (lost reply, interruption, stepdown) becomes one write error per statement of that batch, one for an ordered batch, after the shard may have applied any of them (mongodb/mongo src/mongo/s/write_ops/batch_write_op.cpp noteBatchError; batch_write_exec.cpp \"Write results unavailable from <shard>\"): a write error whose code is no verdict on its statement proves nothing about it, nor about the rest of an ordered batch"},
+	ShapeWriteErrorNoStatement: {ShapeWriteErrorNoStatement, "write_error_no_statement", MaybeApplied, MaybeApplied, MaybeApplied,
+		"writeguard: a write error whose index names no statement of the command cannot be attributed to a document, so it proves nothing about any of them (a reply that does not fit its command)"},
+	ShapeWriteError: {ShapeWriteError, "write_error", NotApplied, Applied, NotApplied,
+		"server: a write error whose code is a verdict on its statement (WriteErrorVerdictCodes) means the statement was not applied; the others of the batch were, and an ordered batch stops there (write_ops_exec.cpp performInserts; CRUD spec, BulkWriteException, the ordered option)"},
+	ShapeWriteConcernError: {ShapeWriteConcernError, "write_concern_error", AppliedUnconfirmed, AppliedUnconfirmed, AppliedUnconfirmed,
 		"read-write-concern spec: a writeConcernError is reported after the write was applied on the primary; it may still be rolled back"},
-	ShapeInterrupted: {ShapeInterrupted, "interrupted", MaybeApplied, MaybeApplied,
+	ShapeInterrupted: {ShapeInterrupted, "interrupted", MaybeApplied, MaybeApplied, MaybeApplied,
 		"server: an interruption or stepdown aborts a write command after it committed the start of its batch (write_ops_exec.cpp handleError rethrows Interruption and NotPrimaryError category codes, error_codes.yml)"},
-	ShapeConfiguration: {ShapeConfiguration, "configuration", NotApplied, NotApplied,
+	ShapeConfiguration: {ShapeConfiguration, "configuration", NotApplied, NotApplied, NotApplied,
 		"server: the command is rejected before it runs (20 IllegalOperation for txnNumber on a standalone; Azure Cosmos DB code 2 and Amazon DocumentDB 301 'retryable writes are not supported')"},
-	ShapeAuthorization: {ShapeAuthorization, "authorization", NotApplied, NotApplied,
+	ShapeAuthorization: {ShapeAuthorization, "authorization", NotApplied, NotApplied, NotApplied,
 		"server: authorization is checked before the command runs (13 Unauthorized, 18 AuthenticationFailed, Atlas 8000)"},
-	ShapeCommandRejected: {ShapeCommandRejected, "command_rejected", NotApplied, NotApplied,
+	ShapeCommandRejected: {ShapeCommandRejected, "command_rejected", NotApplied, NotApplied, NotApplied,
 		"server: outside the Interruption, NotPrimaryError and ShutdownError categories a write command fails as a whole only before it runs; per-statement failures are write errors (write_ops_exec.cpp)"},
-	ShapeNoWritesPerformed: {ShapeNoWritesPerformed, "no_writes_performed", NotApplied, NotApplied,
+	ShapeNoWritesPerformed: {ShapeNoWritesPerformed, "no_writes_performed", NotApplied, NotApplied, NotApplied,
 		"retryable-writes spec: the label NoWritesPerformed says the server wrote nothing (SERVER-66479)"},
-	ShapeNetworkInFlight: {ShapeNetworkInFlight, "network_in_flight", MaybeApplied, MaybeApplied,
+	ShapeNetworkInFlight: {ShapeNetworkInFlight, "network_in_flight", MaybeApplied, MaybeApplied, MaybeApplied,
 		"retryable-writes spec: a network error after the command was written may follow a successful write (driver label NetworkError)"},
-	ShapeTimeoutInFlight: {ShapeTimeoutInFlight, "timeout_in_flight", MaybeApplied, MaybeApplied,
+	ShapeTimeoutInFlight: {ShapeTimeoutInFlight, "timeout_in_flight", MaybeApplied, MaybeApplied, MaybeApplied,
 		"CSOT spec: a timeout while waiting for the reply closes the connection; the server may have applied the write"},
-	ShapeCheckout: {ShapeCheckout, "checkout", NotSent, NotSent,
+	ShapeCheckout: {ShapeCheckout, "checkout", NotSent, NotSent, NotSent,
 		"CMAP spec: PoolClearedError and WaitQueueTimeoutError are raised before a connection is handed out (driver: RetryablePoolError, topology.WaitQueueTimeoutError, handshake ConnectionError)"},
-	ShapeServerSelection: {ShapeServerSelection, "server_selection", NotSent, NotSent,
+	ShapeServerSelection: {ShapeServerSelection, "server_selection", NotSent, NotSent, NotSent,
 		"server-selection spec: no server was selected, so nothing was sent"},
-	ShapeTimeoutBeforeSend: {ShapeTimeoutBeforeSend, "timeout_before_send", NotSent, NotSent,
+	ShapeTimeoutBeforeSend: {ShapeTimeoutBeforeSend, "timeout_before_send", NotSent, NotSent, NotSent,
 		"CSOT spec: the driver refuses to send when the deadline leaves no time (driver.ErrDeadlineWouldBeExceeded)"},
-	ShapeContextBeforeSend: {ShapeContextBeforeSend, "context_before_send", NotSent, NotSent,
+	ShapeContextBeforeSend: {ShapeContextBeforeSend, "context_before_send", NotSent, NotSent, NotSent,
 		"driver: a context cancelled before the command is written fails selection or checkout; nothing is sent"},
-	ShapeUnacknowledged: {ShapeUnacknowledged, "unacknowledged", MaybeApplied, MaybeApplied,
+	ShapeUnacknowledged: {ShapeUnacknowledged, "unacknowledged", MaybeApplied, MaybeApplied, MaybeApplied,
 		"write-concern spec: with w: 0 the server sends no reply about the write"},
-	ShapeClient: {ShapeClient, "client", NotSent, NotSent,
+	ShapeClient: {ShapeClient, "client", NotSent, NotSent, NotSent,
 		"driver: marshal, size and argument errors are raised before the command is built (mongo.MarshalError, mongo.InvalidArgumentError, mongo.ErrClientDisconnected)"},
-	ShapeUnrecognized: {ShapeUnrecognized, "unrecognized", MaybeApplied, MaybeApplied,
+	ShapeUnrecognized: {ShapeUnrecognized, "unrecognized", MaybeApplied, MaybeApplied, MaybeApplied,
 		"writeguard: an error that is none of the driver's shapes proves nothing about the server's state"},
 }
 
@@ -197,6 +215,29 @@ func (f *Failure) Proof() Proof { return f.Shape.Row().Failed }
 // LegacyNotPrimary 10058) and ShutdownError category (ShutdownInProgress
 // 91). Source: mongodb/mongo src/mongo/base/error_codes.yml.
 var InterruptedCodes = []int32{24, 50, 91, 189, 262, 279, 10058, 10107, 11600, 11601, 11602, 13435, 13436}
+
+// WriteErrorVerdictCodes are the write-error codes that are a verdict on
+// their statement: the server refused that document or model for what it
+// is, before writing it, and would refuse it again. Only a write error
+// with one of these codes proves its statement not applied (ShapeWriteError);
+// any other write error code (6, 7, 50, 83, 89, 91, 189, 262, 9001, 10107,
+// 11600, 11602, 13435, 13436, ...) proves nothing (ShapeWriteErrorUnproven).
+// Sources: mongodb/mongo src/mongo/base/error_codes.yml for the names;
+// src/mongo/db/ops/write_ops_exec.cpp and the collection's insert and
+// update paths raise them per statement:
+//
+//   - BadValue 2, TypeMismatch 14: the statement's own values;
+//   - DocumentValidationFailure 121: the collection's validator refused
+//     the document (db/catalog/document_validation);
+//   - BSONObjectTooLarge 10334: the document is over maxBsonObjectSize;
+//   - 16755 ("Can't extract geo keys") and KeyTooLong 17280: an index
+//     could not take the document's key;
+//   - DuplicateKey 11000, 11001 (legacy) and 12582 (capped collection,
+//     SERVER-7164): a unique index refused the document;
+//   - 16500 (Azure Cosmos DB TooManyRequests, per statement): the request
+//     was throttled and not performed (Azure Cosmos DB for MongoDB,
+//     "Troubleshoot query and request-rate issues": retry the operation).
+var WriteErrorVerdictCodes = []int32{2, 14, 121, 10334, 11000, 11001, 12582, 16500, 16755, 17280}
 
 // AuthorizationCodes are the whole-command codes of a missing privilege or
 // a failed authentication: UserNotFound 11, Unauthorized 13,

@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/internal/engine"
 	"github.com/writeguard/writeguard/internal/readback"
 	"github.com/writeguard/writeguard/policy"
 )
@@ -168,7 +169,9 @@ func resolveDuplicates(ctx context.Context, target writeguard.Collection, send [
 }
 
 // readBack returns the target's documents with these _ids keyed by
-// readback.Key, or nil (no error) when the target cannot be read.
+// readback.Key, or nil (no error) when the target cannot be read. It reads
+// what the primary holds (read preference primary, read concern local),
+// whatever the target's settings, as writeguard's own read-backs do.
 func readBack(ctx context.Context, target writeguard.Collection, ids bson.A) (map[string]bson.Raw, error) {
 	var fd readback.Finder
 	switch t := target.(type) {
@@ -179,5 +182,5 @@ func readBack(ctx context.Context, target writeguard.Collection, ids bson.A) (ma
 	default:
 		return nil, nil
 	}
-	return readback.ByID(ctx, fd, ids)
+	return readback.ByID(ctx, engine.PrimaryReads(fd), ids)
 }

@@ -116,6 +116,15 @@ func (c *Call) Class(i int) policy.Class {
 	return c.items[i].class
 }
 
+// Reason returns why input i ended unstored and unhandled (ReasonNone
+// for a stored or handled input).
+func (c *Call) Reason(i int) Reason {
+	if d := c.items[i].disp; d.Stored() || d.Handled() {
+		return ReasonNone
+	}
+	return c.items[i].reason
+}
+
 // Sent returns how many attempts sent input i to the server.
 func (c *Call) Sent(i int) int { return c.items[i].attempts }
 

@@ -84,6 +84,7 @@ func (c *Call) deadLetter(ctx context.Context, its []*item) {
 	for _, it := range its {
 		if err != nil {
 			it.err = fmt.Errorf("writeguard: dead-letter sink: %w", err)
+			it.reason = ReasonSinkFailed
 			c.settle(it, policy.DeadLetterFailed)
 		} else {
 			c.settle(it, policy.DeadLettered)

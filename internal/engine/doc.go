@@ -12,7 +12,12 @@
 //
 //	prepare        prepare.go    marshal once, give _id, check 16 MiB; failures: prefailed
 //	routePrefailed loop.go       prefailed -> parked (Invalid with bytes) or done
-//	attempt        loop.go       send the pending documents (Send), one hook event each side
+//	commands       commands.go   cut the pending documents into the server commands the driver
+//	                             would send (kinds, maxWriteBatchSize, maxMessageSizeBytes):
+//	                             one Send, one command; an ordered write stops at a command
+//	                             that did not write all
+//	attempt        loop.go       send one command (Send), one hook event each side; a panic
+//	                             of the Target is that attempt's failure
 //	verdicts       route.go      per document: its failure and what the reply proved
 //	                             (policy.Extract, Failure.Proof, the policy.ReplyShapes table)
 //	decide         route.go      classify (policy.Classifier), then Route: one Decision
@@ -40,15 +45,21 @@
 //   - a write error, a write concern error, a whole-command error, a
 //     network error, a checkout or selection error: verdicts, through the
 //     shape's row of policy.ReplyShapes (what it proves about the failed
-//     document and the others);
+//     document, the others, and an ordered command's tail; a write error
+//     proves its statement not applied only for the codes of
+//     policy.WriteErrorVerdictCodes; one whose index names no statement
+//     proves nothing);
 //   - a duplicate key on a possibly applied insert: readBackAll
 //     (AfterReadBack: its own write, someone else's, or absent);
-//   - the dead-letter sink's and a read-back's errors: retrySide.
+//   - the dead-letter sink's and a read-back's errors: retrySide;
+//   - the target (target.go): read-backs read the primary (PrimaryReads);
+//     whether _id is unique (UniqueID) decides whether a possibly applied
+//     insert may be re-sent; the write limits (LimitsOf) bound commands.
 //
 // # The path of one failed batch
 //
 // An InsertMany of 3 documents whose second one fails 121 (unordered):
-// Call.run -> attempt (Send; policy.Extract) -> route -> verdicts (write
+// Call.run -> commands -> attempt (Send; policy.Extract) -> route -> verdicts (write
 // error: the failed document not applied, the others applied) -> settle
 // (documents 0 and 2 written) -> decide (Invalid) -> Route (DeadLetter) ->
 // apply -> carryOut -> park -> run's loop (nothing pending) ->

@@ -50,6 +50,14 @@ type Config struct {
 	UpsertRetries     int
 	AllowUnacked      bool
 	Reader            Reader
+	// Limits returns the server's limits on one write command (its hello
+	// reply), asked once per call of more than one statement; nil:
+	// DefaultLimits.
+	Limits func(ctx context.Context) Limits
+	// UniqueID says whether _id is unique where the documents land (false:
+	// a time-series collection), asked when an insert may have been
+	// applied; nil: unique.
+	UniqueID func(ctx context.Context) bool
 	// Report turns a finished call that did not end all written into
 	// the error the call returns (the root's *Report), reading what the
 	// call proved through Call's accessors.

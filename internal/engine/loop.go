@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"time"
 
 	"github.com/writeguard/writeguard/envelope"
@@ -30,7 +31,12 @@ type Call struct {
 	extra    []error
 	parked   []*item // invalid items waiting for the dead-letter sink
 	window   int     // ordered: documents per attempt (0: all pending)
-	stopAt   int     // ordered: batch position of the last attempt's first write error, -1 when none
+	offset   int     // position of the current command's first statement in its pass
+	lim      *Limits // the server's limits, once asked (commands.go)
+	// noUniqueID: _id is not unique where the documents land (asked of
+	// Config.UniqueID once, when an insert may have been applied).
+	noUniqueID, uniqueAsked bool
+	stopAt                  int // ordered: batch position of the last attempt's first write error, -1 when none
 }
 
 // SetCallOptions records the call's options that an envelope keeps (let,
@@ -80,9 +86,17 @@ func (c *Call) run(ctx context.Context) (any, error) {
 			break
 		}
 		c.stopAt = -1
-		res, err := c.attempt(ctx, batch, delay)
-		if c.attempts == 1 && (err == nil || errors.Is(err, ErrUnacked)) {
-			first = res
+		cmds := c.commands(ctx, batch)
+		c.offset = 0
+		for k, cmd := range cmds {
+			if k > 0 && (ctx.Err() != nil || c.ordered && !wroteAll(cmds[k-1])) {
+				break // the rest stays pending: the next pass sends it, or gives it up
+			}
+			res, err := c.attempt(ctx, cmd, delay)
+			if c.attempts == 1 && len(cmds) == 1 && (err == nil || errors.Is(err, ErrUnacked)) {
+				first = res
+			}
+			delay, c.offset = 0, c.offset+len(cmd)
 		}
 		if c.ordered {
 			c.window = OrderedWindow(c.window, len(batch), c.stopAt)
@@ -108,7 +122,7 @@ func (c *Call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 		actx = e.hooks.AttemptStarted(ctx, &hooks.AttemptStart{Op: c.op, Attempt: c.attempts, Documents: len(batch), Delay: delay})
 		t0 = e.cfg.Clock.Now()
 	}
-	res, err := c.send(actx, batch)
+	res, err := c.sendOnce(actx, batch)
 	var fails []policy.Failure
 	if err != nil && !errors.Is(err, ErrUnacked) {
 		fails = policy.Extract(err)
@@ -134,6 +148,21 @@ func (c *Call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 		c.route(ctx, batch, fails)
 	}
 	return res, err
+}
+
+// sendOnce calls Send. A panic raised while the Target runs (the driver
+// indexes its models by the index the server sent, and a reply that does
+// not fit its command can make it index out of range) is recovered and
+// becomes the attempt's error, a *PanicError with its stack: an error of
+// no driver shape, so every document of the batch is maybe applied
+// (policy.ShapeUnrecognized) and the process lives on.
+func (c *Call) sendOnce(ctx context.Context, batch []*item) (res any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			res, err = nil, &PanicError{What: "target", Value: r, stack: debug.Stack()}
+		}
+	}()
+	return c.send(ctx, batch)
 }
 
 // attemptFinished reports the end of an attempt to the hooks.
@@ -185,6 +214,9 @@ func (c *Call) settle(it *item, d policy.Disposition) {
 func (c *Call) apply(it *item, d Decision, td *todo) {
 	switch d.Action {
 	case Settle:
+		if d.Reason != ReasonNone {
+			it.reason = d.Reason
+		}
 		c.settle(it, d.Disposition)
 	case Retry:
 		it.to(retrying)
@@ -230,6 +262,7 @@ func (c *Call) routePrefailed(ctx context.Context) {
 			invalid = append(invalid, it)
 			continue
 		}
+		it.reason = ReasonNotSent
 		c.settle(it, policy.Failed)
 	}
 	c.park(ctx, invalid)
@@ -268,6 +301,7 @@ func (c *Call) giveUp(ctx context.Context, its []*item, why StopReason) {
 		if !it.live() {
 			continue
 		}
+		it.reason = why.Reason()
 		c.apply(it, GiveUp(GiveUpFacts{Reason: why, Kind: it.kind, Sent: it.attempts > 0,
 			EverMaybe: it.mayBeApplied(), Unconfirmed: it.ev == unconfirmed, CanRead: canRead}), &td)
 	}

@@ -5,8 +5,8 @@ import (
 	"runtime/debug"
 )
 
-// PanicError is a panic of user code (a conflict handler, a sink)
-// recovered by the engine: what panicked, the panic's value and the stack
+// PanicError is a panic recovered by the engine: of user code (a conflict
+// handler, a sink) or raised while the Target ran (What "target"): what panicked, the panic's value and the stack
 // of the goroutine where it was raised.
 type PanicError struct {
 	What  string

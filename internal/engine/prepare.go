@@ -147,7 +147,7 @@ func (c *Call) PrepareModels(models []mongo.WriteModel) error {
 // prepareModel records the kind of one model.
 func (c *Call) prepareModel(it *item, m mongo.WriteModel) error {
 	i := it.index
-	it.model, it.send = m, m
+	it.model, it.send, it.cmd = m, m, cmdOf(m)
 	switch mm := m.(type) {
 	case *mongo.InsertOneModel:
 		it.kind = KindInsert

@@ -36,9 +36,13 @@ func (c *Call) readBackAll(ctx context.Context, td *todo, fallback policy.Dispos
 	if err != nil {
 		for _, it := range td.readBack {
 			it.err = fmt.Errorf("writeguard: reading back a possibly applied insert: %w", err)
-			if fallback == "" {
+			switch {
+			case c.noUniqueID:
+				it.reason = ReasonNotResendable
+				c.settle(it, policy.OutcomeUnknown) // never re-sent: see AfterReadBackNoUniqueID
+			case fallback == "":
 				it.to(retrying)
-			} else {
+			default:
 				c.settle(it, fallback)
 			}
 		}
@@ -51,13 +55,22 @@ func (c *Call) readBackAll(ctx context.Context, td *todo, fallback policy.Dispos
 		if found && !same {
 			it.ev = noEvidence // another document holds the _id: ours is not stored
 		}
-		c.apply(it, AfterReadBack(found, same, unconf, fallback), td)
+		c.apply(it, c.afterReadBack(found, same, unconf, fallback), td)
 	}
 	for _, it := range extra {
 		if doc, found := stored[readback.Key(it.id)]; found && policy.SameDocument(doc, it.doc) {
-			c.apply(it, AfterReadBack(true, true, it.ev == unconfirmed, fallback), td)
+			c.apply(it, c.afterReadBack(true, true, it.ev == unconfirmed, fallback), td)
 		}
 	}
+}
+
+// afterReadBack is AfterReadBack, or AfterReadBackNoUniqueID where _id is
+// not unique.
+func (c *Call) afterReadBack(found, same, unconf bool, fallback policy.Disposition) Decision {
+	if c.noUniqueID {
+		return AfterReadBackNoUniqueID(found, same, unconf)
+	}
+	return AfterReadBack(found, same, unconf, fallback)
 }
 
 func contains(its []*item, x *item) bool {

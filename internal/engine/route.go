@@ -8,28 +8,38 @@ import (
 
 // verdict is what one attempt's reply says about one document of its batch.
 type verdict struct {
-	fail  *policy.Failure // nil: acknowledged
+	fail  *policy.Failure // nil: acknowledged, or an ordered write's unexecuted tail
 	proof policy.Proof
-	sent  bool // the server received it (false: never left the client, or an ordered write's tail)
+	sent  bool // the server received it (false: never left the client, or an ordered write's unexecuted tail)
 	tail  bool // after the first write error of an ordered write: not executed
+	// notOwn: fail is not a verdict on this document (a whole-command
+	// failure, or the write error before it in an ordered command).
+	notOwn bool
 }
 
 // verdicts reads, for every document of batch, which failure of fails is
-// its own and what the reply proved: a whole-command failure covers every
-// document; a write error covers its document; in an ordered write the
-// documents after the first write error were not executed; a write concern
-// error covers the documents applied.
+// its own and what the reply proved, every proof from the failure's row
+// of policy.ReplyShapes: a whole-command failure covers every document
+// (Failed); a write error covers its statement (Failed) and, in an ordered
+// write, the statements after the first one (Tail: not executed after a
+// verdict, maybe applied after a write error that proves nothing); the
+// other documents have its Others proof, or the write concern error's. A
+// write error whose index names no statement of batch covers every
+// document as policy.ShapeWriteErrorNoStatement.
 func (c *Call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 	perDoc := map[int]*policy.Failure{}
 	var wce, whole *policy.Failure
 	for i := range fails {
 		f := &fails[i]
 		switch {
-		case f.Index >= 0 && f.Index < len(batch):
-			perDoc[f.Index] = f
 		case f.Shape == policy.ShapeWriteConcernError:
 			wce = f
-		default:
+		case f.Index >= 0 && f.Index < len(batch):
+			perDoc[f.Index] = f
+		case f.Index != policy.WholeCommand:
+			f.Shape, f.Index, f.Ambiguous = policy.ShapeWriteErrorNoStatement, policy.WholeCommand, true
+			whole = f
+		case whole == nil:
 			whole = f
 		}
 	}
@@ -37,7 +47,7 @@ func (c *Call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 	if whole != nil {
 		p := whole.Proof()
 		for i := range out {
-			out[i] = verdict{fail: whole, proof: p, sent: p != policy.NotSent}
+			out[i] = verdict{fail: whole, proof: p, sent: p != policy.NotSent, notOwn: true}
 		}
 		return out
 	}
@@ -45,24 +55,44 @@ func (c *Call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 	if c.ordered {
 		for i := range batch {
 			if perDoc[i] != nil {
-				stop, c.stopAt = i, i
+				stop, c.stopAt = i, c.offset+i
 				break
 			}
 		}
 	}
+	others := policy.Applied
+	for _, f := range perDoc {
+		others = f.Shape.Row().Others
+		break
+	}
+	if wce != nil {
+		others = wce.Proof()
+	}
 	for i := range out {
 		switch {
 		case perDoc[i] != nil:
-			out[i] = verdict{fail: perDoc[i], proof: policy.NotApplied, sent: true}
+			out[i] = verdict{fail: perDoc[i], proof: perDoc[i].Proof(), sent: true}
 		case i > stop:
-			out[i] = verdict{proof: policy.NotApplied, tail: true} // never executed: still pending
+			out[i] = c.tailVerdict(perDoc[stop])
 		case wce != nil:
-			out[i] = verdict{fail: wce, proof: policy.AppliedUnconfirmed, sent: true}
+			out[i] = verdict{fail: wce, proof: others, sent: true, notOwn: true}
 		default:
-			out[i] = verdict{proof: policy.Applied, sent: true}
+			out[i] = verdict{proof: others, sent: true}
 		}
 	}
 	return out
+}
+
+// tailVerdict is the verdict on a statement after first, the write error
+// that ended an ordered command (its row's Tail): not executed, still
+// pending, after a verdict; otherwise what Tail proves, with first as the
+// failure that left it so.
+func (c *Call) tailVerdict(first *policy.Failure) verdict {
+	p := first.Shape.Row().Tail
+	if p == policy.NotApplied {
+		return verdict{proof: p, tail: true}
+	}
+	return verdict{fail: first, proof: p, sent: true, notOwn: true}
 }
 
 // route applies what a failed attempt proved to every document of batch.
@@ -116,12 +146,27 @@ func (c *Call) decide(ctx context.Context, it *item, v verdict) Decision {
 	case policy.Unknown:
 		c.e.logUnknown(ctx, v.fail, c.op.Name)
 	}
+	if it.kind == KindInsert && it.mayBeApplied() {
+		c.askUniqueID(ctx)
+	}
 	return Route(Facts{
-		Class: it.class, WholeCommand: v.fail.Index == policy.WholeCommand, Proof: v.proof,
-		Kind: it.kind, Upsert: it.upsert, Idempotent: c.idempotent,
+		Class: it.class, WholeCommand: v.notOwn || v.fail.Index == policy.WholeCommand, Proof: v.proof,
+		Kind: it.kind, Upsert: it.upsert, Idempotent: c.idempotent, NoUniqueID: c.noUniqueID,
 		EverMaybe: it.mayBeApplied(), Unconfirmed: it.ev == unconfirmed,
 		UpsertRuns: it.upsertRuns, MaxUpsertRuns: c.e.cfg.UpsertRetries,
 	})
+}
+
+// askUniqueID learns, once per call, whether _id is unique where the
+// documents land (Config.UniqueID; nil: unique).
+func (c *Call) askUniqueID(ctx context.Context) {
+	if c.uniqueAsked {
+		return
+	}
+	c.uniqueAsked = true
+	if f := c.e.cfg.UniqueID; f != nil {
+		c.noUniqueID = !f(ctx)
+	}
 }
 
 // maybeInserts returns the pending inserts of batch that an attempt may

@@ -76,6 +76,10 @@ type Facts struct {
 	// Idempotent is true when the caller marked non-insert models safe to
 	// re-send after an ambiguous failure (writeguard.WithIdempotent).
 	Idempotent bool
+	// NoUniqueID is true when _id is not unique where the document lands
+	// (a time-series collection): a re-sent insert would be stored twice
+	// rather than refused, so a possibly applied insert is never re-sent.
+	NoUniqueID bool
 	// EverMaybe is true when this or an earlier attempt of the call may
 	// have applied the document (Proof MaybeApplied or AppliedUnconfirmed).
 	EverMaybe bool
@@ -88,9 +92,14 @@ type Facts struct {
 }
 
 // resendable reports whether the document may be sent again after an
-// attempt that may have applied it: inserts always (their _id makes them
-// idempotent), other models only when marked idempotent.
-func (f Facts) resendable() bool { return f.Kind == KindInsert || f.Idempotent }
+// attempt that may have applied it: inserts where _id is unique (their _id
+// makes them idempotent), other models only when marked idempotent.
+func (f Facts) resendable() bool {
+	if f.Kind == KindInsert {
+		return !f.NoUniqueID
+	}
+	return f.Idempotent
+}
 
 // Decision is the outcome of Route, GiveUp or AfterReadBack for one
 // document.
@@ -101,6 +110,9 @@ type Decision struct {
 	Disposition policy.Disposition
 	// Rule names the rule that decided, for tests, logs and spans.
 	Rule string
+	// Reason says why a Settle ends the document unstored (ReasonNone
+	// when the rule gives none: GiveUp's settles take the stop's).
+	Reason Reason
 }
 
 // RuleUpsertRace is the Decision.Rule of an upsert run again after it lost
@@ -121,8 +133,9 @@ func settle(d policy.Disposition, rule string) Decision {
 //     Invalid or Conflict class on a whole-command shape is treated as
 //     Unknown (never dead-lettered, never handed to a conflict handler).
 //  3. Transient and Throttled: retried, unless the document may have been
-//     applied and may not be re-sent (a non-idempotent update after a lost
-//     reply): then as rule 6.
+//     applied and may not be re-sent: an insert where _id is not unique is
+//     read back (AfterReadBackNoUniqueID), a non-idempotent update after a
+//     lost reply ends as rule 6.
 //  4. Invalid (a per-document verdict): dead-lettered.
 //  5. Conflict: an insert that may have been applied by an earlier attempt
 //     is read back first (its own write, or someone else's); an upsert is
@@ -148,8 +161,11 @@ func Route(f Facts) Decision {
 	maybe := f.EverMaybe || f.Proof == policy.MaybeApplied
 	switch class {
 	case policy.Transient, policy.Throttled:
+		if maybe && f.Kind == KindInsert && f.NoUniqueID {
+			return Decision{Action: ReadBack, Rule: "maybe_applied_no_unique_id"}
+		}
 		if maybe && !f.resendable() {
-			return unretried(f, true)
+			return unretried(f, true, ReasonNotResendable)
 		}
 		return Decision{Action: Retry, Rule: "retryable"}
 	case policy.Invalid:
@@ -161,24 +177,29 @@ func Route(f Facts) Decision {
 		case f.Upsert && f.UpsertRuns < f.MaxUpsertRuns && (!maybe || f.resendable()):
 			return Decision{Action: Retry, Rule: RuleUpsertRace}
 		case maybe && !f.resendable():
-			return unretried(f, true) // an earlier attempt may have applied it
+			return unretried(f, true, ReasonNotResendable) // an earlier attempt may have applied it
 		}
 		return Decision{Action: HandleConflict, Rule: "conflict"}
 	}
-	return unretried(f, maybe)
+	return unretried(f, maybe, ReasonNotRetried)
 }
 
-// unretried ends a document whose failure is not retried.
-func unretried(f Facts, maybe bool) Decision {
+// unretried ends a document whose failure is not retried, for reason why.
+func unretried(f Facts, maybe bool, why Reason) Decision {
 	switch {
 	case f.Unconfirmed:
 		return settle(policy.WrittenUnconfirmed, "applied_unconfirmed_earlier")
 	case maybe:
-		return settle(policy.OutcomeUnknown, "maybe_applied")
+		return because(settle(policy.OutcomeUnknown, "maybe_applied"), why)
 	case f.Proof == policy.NotSent:
-		return settle(policy.NotAttempted, "not_sent")
+		return because(settle(policy.NotAttempted, "not_sent"), ReasonNotSent)
 	}
-	return settle(policy.Failed, "not_retried")
+	return because(settle(policy.Failed, "not_retried"), why)
+}
+
+func because(d Decision, why Reason) Decision {
+	d.Reason = why
+	return d
 }
 
 // StopReason says why a document marked for retry is not sent again.
@@ -246,16 +267,13 @@ func GiveUp(f GiveUpFacts) Decision {
 }
 
 // ReadBackFallback is the disposition of a possibly applied insert whose
-// read-back, when its retries stopped for reason why, found nothing or
-// failed: unknown when the context ended (the write may still be in flight
-// on the server), exhausted otherwise (it met transient failures and is
-// not stored as far as the read showed). Never not_attempted: it was sent.
-// The Outcome keeps MaybeWritten.
-func ReadBackFallback(why StopReason) policy.Disposition {
-	if why == StopContext {
-		return policy.OutcomeUnknown
-	}
-	return policy.Exhausted
+// read-back, when its retries stopped (for any reason), found nothing or
+// failed: unknown. An attempt may have applied it and no reply proved
+// otherwise, so it is neither exhausted (which claims every attempt
+// proved it not applied) nor not_attempted (it was sent); the Outcome
+// keeps MaybeWritten: a write still in flight on the server may yet land.
+func ReadBackFallback(StopReason) policy.Disposition {
+	return policy.OutcomeUnknown
 }
 
 // AfterReadBack decides what a read-back of an insert's _id proved. found
@@ -287,6 +305,23 @@ func AfterReadBack(found, same, unconfirmed bool, fallback policy.Disposition) D
 		return settle(fallback, "not_found_stopping")
 	}
 	return Decision{Action: HandleConflict, Rule: "not_found_genuine_duplicate"}
+}
+
+// AfterReadBackNoUniqueID decides what a read-back of a possibly applied
+// insert proved where _id is not unique (a time-series collection), where
+// the insert is never re-sent: found and same, the call's own write
+// (already_written, or written_unconfirmed after a write concern error);
+// anything else, unknown: a document found under the _id is no conflict
+// (nothing refuses a second one), and absence does not prove the lost
+// write will not land.
+func AfterReadBackNoUniqueID(found, same, unconfirmed bool) Decision {
+	switch {
+	case found && same && unconfirmed:
+		return settle(policy.WrittenUnconfirmed, "own_write_unconfirmed")
+	case found && same:
+		return settle(policy.AlreadyWritten, "own_write")
+	}
+	return because(settle(policy.OutcomeUnknown, "unresolved_no_unique_id"), ReasonNotResendable)
 }
 
 // AttemptLimit returns how many attempts a document whose last failure is

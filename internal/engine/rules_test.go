@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/writeguard/writeguard/internal/engine"
@@ -195,7 +196,7 @@ func TestAfterReadBack(t *testing.T) {
 		{true, true, true, policy.Exhausted, engine.Settle, policy.WrittenUnconfirmed},
 		{true, false, false, "", engine.HandleConflict, ""},
 		{false, false, false, "", engine.HandleConflict, ""},
-		{false, false, false, policy.Exhausted, engine.Settle, policy.Exhausted},
+		{false, false, false, policy.OutcomeUnknown, engine.Settle, policy.OutcomeUnknown},
 		{false, false, false, policy.NotAttempted, engine.Settle, policy.NotAttempted},
 	}
 	for _, c := range cases {
@@ -244,13 +245,81 @@ func TestOrderedWindow(t *testing.T) {
 	}
 }
 
-// A possibly applied document that the read-back did not find was sent:
-// never not_attempted, and unknown only when the context ended.
-func TestReadBackFallback(t *testing.T) {
+// C63: a possibly applied document that the read-back did not find (or
+// could not read) when its retries stopped is unknown, whatever stopped
+// them: never exhausted (every attempt proved it not applied) and never
+// not_attempted (it was sent).
+func TestReadBackFallbackIsUnknown(t *testing.T) {
 	for _, why := range []engine.StopReason{engine.StopAttempts, engine.StopElapsed, engine.StopBudget, engine.StopContext, engine.StopOrdered, engine.StopConfiguration} {
-		d := engine.ReadBackFallback(why)
-		if d == policy.NotAttempted || (d == policy.OutcomeUnknown) != (why == engine.StopContext) {
-			t.Errorf("ReadBackFallback(%d) = %s", why, d)
+		if d := engine.ReadBackFallback(why); d != policy.OutcomeUnknown {
+			t.Errorf("ReadBackFallback(%d) = %s, want unknown", why, d)
+		}
+	}
+}
+
+// Every settle that leaves a document unstored says why: Route's give
+// not_sent, not_retried or not_resendable; GiveUp's take the stop's reason
+// from the engine.
+func TestRouteGivesReasons(t *testing.T) {
+	everyFacts(func(f engine.Facts) {
+		d := engine.Route(f)
+		if d.Action != engine.Settle || d.Disposition.Stored() {
+			return
+		}
+		ok := d.Reason == engine.ReasonNotRetried || d.Reason == engine.ReasonNotResendable
+		switch {
+		case d.Disposition == policy.NotAttempted:
+			ok = d.Reason == engine.ReasonNotSent
+		case f.Class.Retryable():
+			ok = d.Reason == engine.ReasonNotResendable // a retryable failure stops only there
+		case f.Class != policy.Conflict || f.WholeCommand:
+			ok = d.Reason == engine.ReasonNotRetried
+		}
+		if !ok {
+			t.Errorf("%+v -> %s %s: reason %s", f, d.Disposition, d.Rule, d.Reason)
+		}
+	})
+	for r := engine.ReasonNone; r <= engine.ReasonSinkFailed; r++ {
+		if r != engine.ReasonNone && (r.String() == "" || strings.HasPrefix(r.String(), "reason(")) {
+			t.Errorf("reason %d has no name", r)
+		}
+	}
+}
+
+// Where _id is not unique (a time-series collection), an insert that may
+// have been applied is never re-sent: it is read back (transient and
+// throttled failures) or ends unknown; and its read-back decides only
+// "own write" or unknown (C55).
+func TestNoUniqueIDNeverResends(t *testing.T) {
+	n := everyFacts(func(f engine.Facts) {
+		f.NoUniqueID = true
+		d := engine.Route(f)
+		maybe := f.EverMaybe || f.Proof == policy.MaybeApplied || f.Proof == policy.AppliedUnconfirmed
+		if f.Kind != engine.KindInsert || !maybe {
+			return
+		}
+		if d.Action == engine.Retry {
+			t.Errorf("%+v -> retry (%s): a possibly applied insert re-sent where _id is not unique", f, d.Rule)
+		}
+		if f.Class.Retryable() && f.Proof != policy.AppliedUnconfirmed && !f.Unconfirmed && d.Action != engine.ReadBack {
+			t.Errorf("%+v -> %s %s (%s), want a read-back", f, d.Action, d.Disposition, d.Rule)
+		}
+	})
+	if n == 0 {
+		t.Fatal("no facts")
+	}
+	cases := []struct {
+		found, same, unconf bool
+		disp                policy.Disposition
+	}{
+		{true, true, false, policy.AlreadyWritten},
+		{true, true, true, policy.WrittenUnconfirmed},
+		{true, false, false, policy.OutcomeUnknown},
+		{false, false, false, policy.OutcomeUnknown},
+	}
+	for _, c := range cases {
+		if d := engine.AfterReadBackNoUniqueID(c.found, c.same, c.unconf); d.Action != engine.Settle || d.Disposition != c.disp {
+			t.Errorf("AfterReadBackNoUniqueID(%v, %v, %v) = %s %s, want settle %s", c.found, c.same, c.unconf, d.Action, d.Disposition, c.disp)
 		}
 	}
 }

@@ -87,12 +87,15 @@ type item struct {
 	model      mongo.WriteModel
 	send       mongo.WriteModel // bulk: the model to send
 	upsert     bool
+	cmd        cmdKind // the server command it goes out in
+	size       int     // bytes in its command (statementSize; 0: not measured yet)
 	disp       policy.Disposition
 	fail       *policy.Failure
 	class      policy.Class
 	attempts   int // attempts that sent it to the server
 	tries      int // attempts counted against its limit (not an ordered write's unexecuted tail, not a checkout failure)
 	upsertRuns int
+	reason     Reason // why it ended unstored (set by giveUp, Route's settles)
 	err        error
 	keywords   []string
 }

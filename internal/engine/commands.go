@@ -1,0 +1,213 @@
+package engine
+
+import (
+	"context"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// One driver call, one server command. The driver splits an InsertMany by
+// maxWriteBatchSize and maxMessageSizeBytes, and a BulkWrite into one
+// command per run of one command kind; when a later command fails it
+// returns that command's error alone (mongo-go-driver v2 mongo/bulk_write.go
+// createBatches and execute; x/mongo/driver/operation.go Execute,
+// batches.go AppendBatchSequence). writeguard forms the commands itself,
+// so that every failure belongs to one command and proves things only about
+// that command's statements.
+
+// cmdKind is the server command a statement goes out in, as the driver's
+// writeCommandKind: insert; update for updateOne and replaceOne; update
+// for updateMany; delete for deleteOne; delete for deleteMany (five kinds:
+// the driver never mixes them in one command).
+type cmdKind uint8
+
+const (
+	cmdInsert cmdKind = iota
+	cmdUpdateOne
+	cmdUpdateMany
+	cmdDeleteOne
+	cmdDeleteMany
+	cmdKinds
+)
+
+// Limits are the server's limits on one write command, from its handshake
+// reply (hello): maxWriteBatchSize statements, maxMessageSizeBytes for the
+// whole message, maxBsonObjectSize for one document.
+type Limits struct {
+	MaxWriteBatchSize   int
+	MaxMessageSizeBytes int
+	MaxBsonObjectSize   int
+}
+
+// DefaultLimits are the limits every MongoDB server since 3.6 states in its
+// hello reply, used when the handshake cannot be read: maxWriteBatchSize
+// 100000 (mongodb/mongo src/mongo/db/ops/write_ops.h kMaxWriteBatchSize),
+// maxMessageSizeBytes 48000000 (src/mongo/rpc/message.h
+// MaxMessageSizeBytes), maxBsonObjectSize 16 MiB (src/mongo/bson/bsonobj.h
+// BSONObjMaxUserSize).
+var DefaultLimits = Limits{MaxWriteBatchSize: 100000, MaxMessageSizeBytes: 48000000, MaxBsonObjectSize: 16 * 1024 * 1024}
+
+// CommandMargin is the part of maxMessageSizeBytes writeguard keeps for the
+// message's own bytes: the OP_MSG header and flags, the command document
+// (insert, $db, ordered, lsid, txnNumber, writeConcern, $clusterTime, ...)
+// and the document sequence's header. The driver's limit covers the whole
+// message (batches.go AppendBatchSequence counts from the start of the
+// message), so the statements of one command get maxMessageSizeBytes −
+// CommandMargin bytes. Under client-side encryption the driver splits at 2
+// MiB instead: writeguard does not see that, and such a call may still be
+// split by the driver.
+const CommandMargin = 16 * 1024
+
+// statementOverhead is added to a non-insert statement's marshalled parts
+// for the keys and flags of its statement document ({q, u, upsert, multi}
+// or {q, limit}).
+const statementOverhead = 64
+
+// withDefaults fills zero or negative limits with DefaultLimits.
+func (l Limits) withDefaults() Limits {
+	if l.MaxWriteBatchSize <= 0 {
+		l.MaxWriteBatchSize = DefaultLimits.MaxWriteBatchSize
+	}
+	if l.MaxMessageSizeBytes <= 0 {
+		l.MaxMessageSizeBytes = DefaultLimits.MaxMessageSizeBytes
+	}
+	if l.MaxBsonObjectSize <= 0 {
+		l.MaxBsonObjectSize = DefaultLimits.MaxBsonObjectSize
+	}
+	return l
+}
+
+// ParseHello reads the limits from a hello reply; fields it lacks take
+// DefaultLimits.
+func ParseHello(reply bson.Raw) Limits {
+	var l Limits
+	if v, ok := reply.Lookup("maxWriteBatchSize").AsInt64OK(); ok {
+		l.MaxWriteBatchSize = int(v)
+	}
+	if v, ok := reply.Lookup("maxMessageSizeBytes").AsInt64OK(); ok {
+		l.MaxMessageSizeBytes = int(v)
+	}
+	if v, ok := reply.Lookup("maxBsonObjectSize").AsInt64OK(); ok {
+		l.MaxBsonObjectSize = int(v)
+	}
+	return l.withDefaults()
+}
+
+// commands splits batch (pending statements in input order) into the
+// server commands the driver would send for them, each within the
+// limits: consecutive runs of one kind when ordered, one group per kind
+// (insert, updateOne, updateMany, deleteOne, deleteMany) when unordered, as
+// the driver's createBatches does; then each run is cut where it would go
+// over maxWriteBatchSize statements or maxMessageSizeBytes − CommandMargin
+// bytes. A single statement is always a command of its own.
+func (c *Call) commands(ctx context.Context, batch []*item) [][]*item {
+	if len(batch) == 1 {
+		return [][]*item{batch}
+	}
+	lim := c.limits(ctx)
+	var runs [][]*item
+	if c.ordered {
+		for i, it := range batch {
+			if i == 0 || it.cmd != batch[i-1].cmd {
+				runs = append(runs, nil)
+			}
+			runs[len(runs)-1] = append(runs[len(runs)-1], it)
+		}
+	} else {
+		var byKind [cmdKinds][]*item
+		for _, it := range batch {
+			byKind[it.cmd] = append(byKind[it.cmd], it)
+		}
+		for _, r := range byKind {
+			if len(r) > 0 {
+				runs = append(runs, r)
+			}
+		}
+	}
+	var out [][]*item
+	budget := lim.MaxMessageSizeBytes - CommandMargin
+	for _, r := range runs {
+		start, size := 0, 0
+		for i, it := range r {
+			s := it.statementSize()
+			if i > start && (i-start == lim.MaxWriteBatchSize || size+s > budget) {
+				out = append(out, r[start:i:i])
+				start, size = i, 0
+			}
+			size += s
+		}
+		out = append(out, r[start:])
+	}
+	return out
+}
+
+// limits returns the server's limits, asked of Config.Limits once per call
+// (nil: DefaultLimits).
+func (c *Call) limits(ctx context.Context) Limits {
+	if c.lim == nil {
+		l := DefaultLimits
+		if f := c.e.cfg.Limits; f != nil {
+			l = f(ctx).withDefaults()
+		}
+		c.lim = &l
+	}
+	return *c.lim
+}
+
+// statementSize is the bytes the statement takes in its command: the
+// prepared document of an insert; a non-insert model's filter, update or
+// replacement and options, marshalled once to be measured, plus the keys of
+// its statement document. A part that does not marshal counts 0: the
+// driver reports it when it builds the command.
+func (it *item) statementSize() int {
+	if it.size > 0 {
+		return it.size
+	}
+	if it.kind == KindInsert {
+		it.size = len(it.doc)
+		return it.size
+	}
+	var parts bson.D
+	switch m := it.model.(type) {
+	case *mongo.UpdateOneModel:
+		parts = bson.D{{Key: "q", Value: m.Filter}, {Key: "u", Value: m.Update}, {Key: "c", Value: m.Collation}, {Key: "f", Value: m.ArrayFilters}, {Key: "h", Value: m.Hint}}
+	case *mongo.UpdateManyModel:
+		parts = bson.D{{Key: "q", Value: m.Filter}, {Key: "u", Value: m.Update}, {Key: "c", Value: m.Collation}, {Key: "f", Value: m.ArrayFilters}, {Key: "h", Value: m.Hint}}
+	case *mongo.ReplaceOneModel:
+		parts = bson.D{{Key: "q", Value: m.Filter}, {Key: "u", Value: m.Replacement}, {Key: "c", Value: m.Collation}, {Key: "h", Value: m.Hint}}
+	case *mongo.DeleteOneModel:
+		parts = bson.D{{Key: "q", Value: m.Filter}, {Key: "c", Value: m.Collation}, {Key: "h", Value: m.Hint}}
+	case *mongo.DeleteManyModel:
+		parts = bson.D{{Key: "q", Value: m.Filter}, {Key: "c", Value: m.Collation}, {Key: "h", Value: m.Hint}}
+	}
+	raw, _ := bson.Marshal(parts)
+	it.size = len(raw) + statementOverhead
+	return it.size
+}
+
+// cmdOf returns the command kind of a write model.
+func cmdOf(m mongo.WriteModel) cmdKind {
+	switch m.(type) {
+	case *mongo.UpdateOneModel, *mongo.ReplaceOneModel:
+		return cmdUpdateOne
+	case *mongo.UpdateManyModel:
+		return cmdUpdateMany
+	case *mongo.DeleteOneModel:
+		return cmdDeleteOne
+	case *mongo.DeleteManyModel:
+		return cmdDeleteMany
+	}
+	return cmdInsert
+}
+
+// wroteAll reports whether every statement of cmd ended stored or handled:
+// an ordered write goes on to its next command only then.
+func wroteAll(cmd []*item) bool {
+	for _, it := range cmd {
+		if it.state != done || !(it.disp.Stored() || it.disp.Handled()) {
+			return false
+		}
+	}
+	return true
+}

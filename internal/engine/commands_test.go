@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// The commands of a batch are the driver's: consecutive runs of one kind
+// when ordered, one group per kind in the driver's order when unordered
+// (mongo/bulk_write.go createBatches), each cut at maxWriteBatchSize
+// statements and at maxMessageSizeBytes − CommandMargin bytes.
+func TestCommandsSplitAsTheDriver(t *testing.T) {
+	ins := func() mongo.WriteModel { return mongo.NewInsertOneModel().SetDocument(bson.D{{Key: "x", Value: 1}}) }
+	upd := func() mongo.WriteModel {
+		return mongo.NewUpdateOneModel().SetFilter(bson.D{}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "x", Value: 1}}}})
+	}
+	rep := func() mongo.WriteModel {
+		return mongo.NewReplaceOneModel().SetFilter(bson.D{}).SetReplacement(bson.D{})
+	}
+	updMany := func() mongo.WriteModel {
+		return mongo.NewUpdateManyModel().SetFilter(bson.D{}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "x", Value: 1}}}})
+	}
+	del := func() mongo.WriteModel { return mongo.NewDeleteOneModel().SetFilter(bson.D{}) }
+	delMany := func() mongo.WriteModel { return mongo.NewDeleteManyModel().SetFilter(bson.D{}) }
+	models := []mongo.WriteModel{ins(), ins(), upd(), rep(), delMany(), ins(), updMany(), del(), del()}
+	cases := []struct {
+		ordered bool
+		lim     Limits
+		want    string
+	}{
+		{true, DefaultLimits, "[[0 1] [2 3] [4] [5] [6] [7 8]]"},
+		{false, DefaultLimits, "[[0 1 5] [2 3] [6] [7 8] [4]]"},
+		{false, Limits{MaxWriteBatchSize: 2}, "[[0 1] [5] [2 3] [6] [7 8] [4]]"},
+		{true, Limits{MaxWriteBatchSize: 1}, "[[0] [1] [2] [3] [4] [5] [6] [7] [8]]"},
+	}
+	for _, tc := range cases {
+		e := New(Config{Limits: func(context.Context) Limits { return tc.lim }})
+		c := e.NewCall("bulkWrite", tc.ordered, len(models))
+		if err := c.PrepareModels(models); err != nil {
+			t.Fatal(err)
+		}
+		if got := indexes(c.commands(context.Background(), c.items)); got != tc.want {
+			t.Errorf("ordered %v, %+v: commands %s, want %s", tc.ordered, tc.lim, got, tc.want)
+		}
+	}
+	// Size: 5 documents of 1000 bytes; a message of 3000 bytes after the
+	// margin holds 3 of them.
+	docs := make([]any, 5)
+	for i := range docs {
+		docs[i] = bson.D{{Key: "_id", Value: i}, {Key: "pad", Value: string(make([]byte, 1000-24))}}
+	}
+	e := New(Config{Limits: func(context.Context) Limits { return Limits{MaxMessageSizeBytes: CommandMargin + 3000} }})
+	c := e.NewCall("insertMany", true, len(docs))
+	c.PrepareDocs(docs)
+	if n := c.items[0].statementSize(); n != 1000 {
+		t.Fatalf("document of %d bytes, want 1000", n)
+	}
+	if got := indexes(c.commands(context.Background(), c.items)); got != "[[0 1 2] [3 4]]" {
+		t.Errorf("size split: %s, want [[0 1 2] [3 4]]", got)
+	}
+}
+
+func indexes(cmds [][]*item) string {
+	out := make([][]int, len(cmds))
+	for i, cmd := range cmds {
+		for _, it := range cmd {
+			out[i] = append(out[i], it.index)
+		}
+	}
+	return fmt.Sprint(out)
+}
