@@ -562,6 +562,19 @@ func (r *runner) prepare(envs []stored, inFlight map[string]time.Time) (entries,
 	for i := range envs {
 		e := &entry{env: &envs[i]}
 		entries[i] = e
+		// A write sent by a runner that died before marking it: applied
+		// or not, nobody knows, unless a try was recorded since (the
+		// runner died after marking, before releasing its lease). Held
+		// whatever this run would do with it (skip it, refuse it), as
+		// the in-flight lease, the only record of it, goes once the
+		// envelope is marked. An insert (an original with an _id) needs
+		// no hold: its _id makes a second write a duplicate key.
+		if at, ok := inFlight[leaseKey(envs[i].ID)]; ok && envs[i].ReplayTriedAt.Before(at) {
+			if _, err := envs[i].Original.LookupErr("_id"); err != nil {
+				e.out, e.reason = outHeld, holdInFlight
+				continue
+			}
+		}
 		m, insert, reason := buildModel(&envs[i].Envelope, r.cfg.redacted)
 		if reason != "" {
 			e.out, e.reason = outSkipped, reason
@@ -569,13 +582,6 @@ func (r *runner) prepare(envs []stored, inFlight map[string]time.Time) (entries,
 		}
 		if why := r.guard(envs[i].Namespace, m); why != "" {
 			e.out, e.reason = outRefused, why
-			continue
-		}
-		// A write sent by a runner that died before marking it: applied
-		// or not, nobody knows, unless a try was recorded since (the
-		// runner died after marking, before releasing its lease).
-		if at, ok := inFlight[leaseKey(envs[i].ID)]; ok && !insert && envs[i].ReplayTriedAt.Before(at) {
-			e.out, e.reason = outHeld, holdInFlight
 			continue
 		}
 		e.model, e.insert = m, insert
