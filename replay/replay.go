@@ -44,10 +44,11 @@ type Counts struct {
 	// without an _id condition (WithMultiDocument). Left pending with
 	// the reason recorded (replay_reason).
 	Refused int64
-	// Held were not sent: updates, replaces and deletes whose replay was
-	// in flight when an earlier runner died, so that whether the target
-	// applied them is unknown. Left pending with replay_hold set, for an
-	// operator (see WithIncludeHeld).
+	// Held are updates, replaces and deletes whose replay was in flight
+	// when an earlier runner died (not sent again), or whose write failed
+	// in a way that does not say whether it was applied: whether the
+	// target applied them is unknown. Left pending with replay_hold set,
+	// for an operator (see WithIncludeHeld).
 	Held int64
 	// Quarantined counts, among StillInvalid, Conflicts and Failed, the
 	// envelopes this run made (or left) quarantined: their failed
@@ -527,10 +528,14 @@ const (
 var outcomeNames = [...]string{"pending", "replayed", "replayed_by_duplicate", "still_invalid", "dead_lettered_by_target",
 	"duplicate", "conflict", "failed", "skipped", "refused", "held"}
 
-// holdInFlight is the hold reason (envelope.FieldReplayHold) of an
-// update, replace or delete whose replay was in flight when its runner
-// died.
-const holdInFlight = "in_flight_when_runner_died"
+// The hold reasons (envelope.FieldReplayHold) of an update, replace or
+// delete whose replay may or may not have been applied: in flight when
+// its runner died, or failed in a way that does not say (a lost reply, a
+// timeout after sending: policy.Failure.Ambiguous).
+const (
+	holdInFlight = "in_flight_when_runner_died"
+	holdUnknown  = "write_outcome_unknown"
+)
 
 func (o outcome) String() string { return outcomeNames[o] }
 
@@ -548,6 +553,10 @@ type entry struct {
 	// docErr is set when the failure is the server's answer for this
 	// document or model (a write error), not for the whole command.
 	docErr bool
+	// ambiguous is set when the write may have been applied although it
+	// failed (policy.Failure.Ambiguous: a lost reply, a timeout or an
+	// interruption after sending, a write concern error).
+	ambiguous bool
 	// failed is set when the outcome is a failed replay of the envelope
 	// (counted in replay_failures); quarantine when that count reaches
 	// the limit.
@@ -623,18 +632,33 @@ func (r *runner) batch(ctx context.Context, cl claimed, st *batchState) error {
 	}
 	failed, docErrs := 0, 0
 	for _, e := range send {
-		if e.out == outFailed {
-			failed++
-			if e.docErr {
-				docErrs++
-			}
+		if e.out != outFailed {
+			continue
+		}
+		failed++
+		if e.docErr {
+			docErrs++
+		}
+		// An update, replace or delete that may have been applied is
+		// not run again by the next run: held, as after a death.
+		if !e.insert && e.ambiguous {
+			e.out = outHeld
+			e.reason = holdUnknown
 		}
 	}
 	// Every write of the batch failed, none with an error of its own:
 	// the target is unreachable, say. Stop.
 	targetDown := len(send) > 0 && failed == len(send) && docErrs == 0
 	r.judge(entries)
-	if err := r.mark(ctx, entries); err != nil {
+	// Record what was sent even when ctx ended meanwhile (Ctrl-C): the
+	// writes are done, their outcomes known; for up to 10 s.
+	mctx := ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		mctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+	}
+	if err := r.mark(mctx, entries); err != nil {
 		return err
 	}
 	st.marked = true
@@ -846,9 +870,15 @@ func (r *runner) markUpdate(e *entry, now time.Time) bson.D {
 		set = append(set, bson.E{Key: envelope.FieldReplayHold, Value: e.reason})
 	}
 	reason := e.out.String()
-	if e.code != 0 {
+	switch {
+	case e.out == outHeld:
+		reason += ": " + e.reason
+		if e.code != 0 {
+			reason += fmt.Sprintf(" (%d %s)", e.code, e.codeName)
+		}
+	case e.code != 0:
 		reason += fmt.Sprintf(": %d %s", e.code, e.codeName)
-	} else if e.out != outInvalid && e.out != outInvalidByTarget && e.out != outConflict && e.out != outFailed {
+	case e.out != outInvalid && e.out != outInvalidByTarget && e.out != outConflict && e.out != outFailed:
 		reason += ": " + e.reason
 	}
 	if e.failed {
