@@ -804,9 +804,10 @@ func (r *runner) recordDone(ctx context.Context, entries []*entry, now time.Time
 
 // writeMarks sends the outcome updates, one updateMany per distinct
 // update (see markUpdate). The write is sent again on a retryable error
-// (see retryable): attempts then counts the rejections "at least", as
-// the sink's does; replay_failures is set, not incremented, so it stays
-// exact.
+// (see retryable); each statement selects only the envelopes whose
+// replay_tried_at is not yet this mark's time, so a statement applied by
+// an earlier try is not applied again and attempts (incremented) stays
+// exact, as does replay_failures (set).
 func (r *runner) writeMarks(ctx context.Context, now time.Time, entries []*entry) error {
 	type group struct {
 		update bson.D
@@ -834,7 +835,8 @@ func (r *runner) writeMarks(ctx context.Context, now time.Time, entries []*entry
 	models := make([]mongo.WriteModel, 0, len(order))
 	for _, k := range order {
 		g := groups[k]
-		filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: g.ids}}}}
+		filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: g.ids}}},
+			{Key: "replay_tried_at", Value: bson.D{{Key: "$ne", Value: now}}}}
 		if g.guard {
 			filter = append(filter, bson.E{Key: "status", Value: bson.D{{Key: "$ne", Value: envelope.StatusDiscarded}}})
 		}

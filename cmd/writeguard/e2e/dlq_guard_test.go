@@ -250,6 +250,31 @@ func TestDLReplayHoldsAmbiguousUpdate(t *testing.T) {
 	}
 }
 
+// TestDLReplayMarkRetryCountsOnce: the connection to the DLQ closes
+// after the replay's marks were applied, before their reply; the replay
+// sends them again, and each envelope rejected again still counts one
+// attempt and one failed replay, not two.
+func TestDLReplayMarkRetryCountsOnce(t *testing.T) {
+	b := newDLBed(t, dlSchema)
+	dlBacklog(t, b)
+	b.proxy.SetScript(faultproxy.MustScript(
+		faultproxy.Validator(b.ns(), dlSchema),
+		faultproxy.On("update").In(b.dbName+"."+dlDLQ).Do(faultproxy.CloseAfterForward())))
+	dlq := b.adb.Collection(dlDLQ) // through the proxy
+	res, err := replay.Run(b.ctx, dlq, b.replayTarget(), replay.WithLeaseCollection(b.ddb.Collection(dlDLQ+replay.LeaseCollectionSuffix)))
+	if err != nil || res.StillInvalid != 5 {
+		t.Fatalf("%+v, %v", res.Counts, err)
+	}
+	if st := b.proxy.Stats(); st.Faults[faultproxy.FaultCloseAfterForward] != 1 {
+		t.Fatalf("faults %v: the marks' connection was not cut", st.Faults)
+	}
+	for _, e := range b.stored(bson.D{}) {
+		if e.Attempts != 2 || e.ReplayFailures != 1 {
+			t.Errorf("envelope %v: attempts %d, replay_failures %d; want 2 and 1 (one try)", e.DocumentID, e.Attempts, e.ReplayFailures)
+		}
+	}
+}
+
 // TestDLReplayQuarantine: an envelope whose replay keeps failing counts
 // its failed replays (replay_failures); at the limit it becomes
 // quarantined, is skipped by later runs, shows in Stats and the Result,
