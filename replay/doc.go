@@ -65,8 +65,13 @@
 // again: it holds the envelope (pending, replay_hold
 // "in_flight_when_runner_died", counted in Result.Held and
 // Summary.Held). An operator checks the target, then discards the
-// envelope or replays it with WithIncludeHeld. Inserts need no hold:
-// their _id makes a second write a duplicate key, recognised as above.
+// envelope or replays it with WithIncludeHeld. The same holds for an
+// update, replace or delete whose write failed in a way that does not say
+// whether it was applied (policy.Failure.Ambiguous: the connection lost
+// after sending, a timeout or an interruption after sending, a write
+// concern error): held with replay_hold "write_outcome_unknown". Inserts
+// need no hold: their _id makes a second write a duplicate key,
+// recognised as above.
 //
 // # Concurrent runners
 //

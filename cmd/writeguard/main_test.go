@@ -619,7 +619,7 @@ func TestRealMongoDB(t *testing.T) {
 		t.Errorf("stats: %v", st)
 	}
 	// The real validator still rejects them: replay leaves them pending.
-	dlqJSON(t, exitCheck, "replay", "--uri", uri, "--db", db, "--keyword", "pattern")
+	dlqJSON(t, exitCheck, "replay", "--uri", uri, "--db", db, "--keyword", "pattern", "--into", db+"."+demo.DefaultCollection)
 }
 
 func TestAgeFlag(t *testing.T) {
