@@ -100,7 +100,8 @@ type Envelope struct {
 	// OriginalRedacted is true when a redaction hook (WithRedact) changed
 	// Original before it was stored: the stored original is not the
 	// payload that was rejected, and a replay skips it unless told
-	// otherwise. Fingerprint is still that of the unredacted payload.
+	// otherwise. Fingerprint is then of a scheme that hides what was
+	// removed (FingerprintScheme).
 	OriginalRedacted bool `bson:"original_redacted,omitempty" json:"original_redacted,omitempty"`
 	// DocumentID is the original's _id.
 	DocumentID bson.RawValue `bson:"document_id" json:"-"`

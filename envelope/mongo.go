@@ -86,9 +86,10 @@ func (c *sinkConfig) err() error { return errors.Join(c.errs...) }
 // fails rather than store the unredacted document. Returning nil stores an
 // empty document.
 //
-// The fingerprint is left as the caller computed it, from the unredacted
-// original, so recaptures of the payload still meet the same envelope. An
-// envelope whose original the hook changed is stored with
+// An envelope whose original the hook changed gets a fingerprint that
+// lets no reader confirm a guess of the removed values: SchemeKeyed with
+// WithFingerprintKey, else SchemeStored (see their cost to dedupe). It is
+// stored with
 // original_redacted: true, and a replay skips it unless told otherwise
 // (its original is no longer the rejected payload).
 //
