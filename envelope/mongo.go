@@ -196,6 +196,18 @@ func WithInsertFirst() SinkOption {
 // counted exactly only on servers with atomic updates (MongoDB); on
 // FerretDB they still end as one envelope, with attempts ≥ 1.
 //
+// # Field names
+//
+// original, err_info and call_options are stored as sub-documents, which
+// dlq queries and the dry run read, unless the server could refuse them
+// there (subdocument rules: dotted, "$"-prefixed, empty or duplicated
+// keys, strings that are not UTF-8, deep nesting): then as their exact
+// bytes, BSON binary subtype 0 in <field>_raw, listed with the reason in
+// binary. An upsert the server still refuses with a field-name code (2,
+// 52, 56, 57) is sent once more with every document field as bytes.
+// Decode reads both forms; the collection's validator accepts both.
+// (Insert-first mode does not retry this way.)
+//
 // # Idempotence
 //
 // A Put that returns an error may have stored some or all of its
@@ -339,14 +351,43 @@ func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) error {
 			return fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
 		}
 		var again []mongo.WriteModel
+		var againEnvs []Envelope
 		for _, f := range policy.Extract(err) {
-			if !policy.IsDuplicateKey(f) || f.Index < 0 || f.Index >= len(models) {
+			if f.Index < 0 || f.Index >= len(models) {
 				return fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
 			}
-			again = append(again, models[f.Index])
+			switch {
+			case policy.IsDuplicateKey(f):
+				again, againEnvs = append(again, models[f.Index]), append(againEnvs, envs[f.Index])
+			case refusesSubdocument(f.Code) && envs[f.Index].refused == "":
+				// The server refused a sub-document this package took
+				// for storable: send the envelope again with its
+				// documents as bytes.
+				e := envs[f.Index]
+				e.refused = fmt.Sprintf("refused by the server as a sub-document: %d %s", f.Code, f.CodeName)
+				m, merr := upsertModel(e)
+				if merr != nil {
+					return merr
+				}
+				again, againEnvs = append(again, m), append(againEnvs, e)
+			default:
+				return fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
+			}
 		}
-		models = again
+		models, envs = again, againEnvs
 	}
+}
+
+// refusesSubdocument reports whether a write error code is a server's
+// refusal of a field name or shape in a stored document (mongodb/mongo
+// src/mongo/base/error_codes.yml: 2 BadValue, 52 DollarPrefixedFieldName,
+// 56 EmptyFieldName, 57 DottedFieldName; storage_validation.cpp).
+func refusesSubdocument(code int32) bool {
+	switch code {
+	case 2, 52, 56, 57:
+		return true
+	}
+	return false
 }
 
 // putInsertFirst stores prepared envelopes with one insert, then one
@@ -829,9 +870,9 @@ func insertFields(env Envelope) bson.D {
 	if env.Kind != "" {
 		d = append(d, bson.E{Key: "kind", Value: env.Kind})
 	}
-	d = append(d, docElem("original", rawOrEmpty(env.Original), &binary))
+	d = append(d, docElem("original", rawOrEmpty(env.Original), &binary, env.refused))
 	if len(env.CallOptions) > 0 {
-		d = append(d, docElem("call_options", env.CallOptions, &binary))
+		d = append(d, docElem("call_options", env.CallOptions, &binary, env.refused))
 	}
 	if env.OriginalTruncated {
 		d = append(d, bson.E{Key: "original_truncated", Value: true}, bson.E{Key: "original_size", Value: int64(env.OriginalSize)})
@@ -853,7 +894,7 @@ func insertFields(env Envelope) bson.D {
 	}
 	d = append(d, bson.E{Key: "id_assigned", Value: env.IDAssigned})
 	if len(env.ErrInfo) > 0 {
-		d = append(d, docElem("err_info", env.ErrInfo, &binary))
+		d = append(d, docElem("err_info", env.ErrInfo, &binary, env.refused))
 	}
 	d = append(d,
 		bson.E{Key: "failing_keywords", Value: nonNil(env.FailingKeywords)},

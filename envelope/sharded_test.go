@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -74,5 +76,51 @@ func TestEnsureCollectionReportsSharding(t *testing.T) {
 	rep, _ := EnsureCollection(context.Background(), c.Database("app"), "dlq")
 	if r, ok := rep.Feature(FeatureSharding); ok {
 		t.Errorf("sharding reported on a server that is not a mongos: %+v", r)
+	}
+}
+
+// TestSinkStoresBytesWhenServerRefuses: a server that refuses an
+// envelope's sub-document for a reason this package did not foresee (57
+// DottedFieldName here) gets it again with its documents as bytes.
+func TestSinkStoresBytesWhenServerRefuses(t *testing.T) {
+	reject := faultproxy.RejectDocuments(func(bson.Raw) bool { return true },
+		faultproxy.WriteError{Code: 57, Message: "field names may not contain '.'"})
+	p, err := faultproxy.New(faultproxy.WithScript(faultproxy.MustScript(faultproxy.On("update").In("app.dlq").Do(reject))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	var updates []bson.Raw
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "update" {
+			updates = append(updates, append(bson.Raw(nil), e.Command...))
+		}
+	}}
+	c, err := mongo.Connect(options.Client().ApplyURI(p.URI()).SetMonitor(mon).SetRetryWrites(false).SetServerSelectionTimeout(10 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	env := sampleEnvelope(t)
+	if err := NewMongoSink(c.Database("app").Collection("dlq")).Put(context.Background(), []Envelope{env}); err != nil {
+		t.Fatal(err)
+	}
+	if len(updates) != 2 {
+		t.Fatalf("%d update commands, want 2", len(updates))
+	}
+	first := updates[0].Lookup("updates", "0", "u", "$setOnInsert")
+	second := updates[1].Lookup("updates", "0", "u", "$setOnInsert")
+	if _, err := first.Document().LookupErr("original"); err != nil {
+		t.Error("first try not as a sub-document")
+	}
+	_, data, ok := second.Document().Lookup("original_raw").BinaryOK()
+	if !ok || !bytes.Equal(data, env.Original) {
+		t.Fatalf("second try: %s", second)
+	}
+	if r := second.Document().Lookup("binary", "0", "reason").StringValue(); !strings.Contains(r, "57") {
+		t.Errorf("binary reason %q", r)
 	}
 }
