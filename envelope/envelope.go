@@ -34,12 +34,10 @@ const (
 	StatusReplayed = "replayed"
 	// StatusDiscarded: given up by an operator.
 	StatusDiscarded = "discarded"
-	// StatusQuarantined: set aside after too many failed replays
-	// (Envelope.ReplayFailures); a replay skips it unless asked (format 2).
-	StatusQuarantined = "quarantined"
 )
 
-// Statuses lists every status, in the order above.
+// Statuses lists every status: the three above and StatusQuarantined
+// (status_quarantine.go, format 2).
 var Statuses = []string{StatusPending, StatusReplayed, StatusDiscarded, StatusQuarantined}
 
 // Envelope is one dead-lettered document or write model, as stored in the
@@ -138,7 +136,8 @@ type Envelope struct {
 	// Status is one of Statuses.
 	Status string `bson:"status" json:"status"`
 	// ReplayFailures counts the replays that tried the envelope and did
-	// not write it (format 2; maintained by package replay).
+	// not write it (FieldReplayFailures; format 2; maintained by package
+	// replay, which quarantines the envelope past a limit).
 	ReplayFailures int `bson:"replay_failures,omitempty" json:"replay_failures,omitempty"`
 	// ReplayedAt is when a replay wrote the payload to its target (status
 	// replayed); zero otherwise. Set by package replay.

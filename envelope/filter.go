@@ -28,7 +28,7 @@ type Filter struct {
 	// write's target.
 	Namespaces []string
 	// Statuses selects envelopes by status: StatusPending,
-	// StatusReplayed, StatusDiscarded.
+	// StatusReplayed, StatusDiscarded, StatusQuarantined.
 	Statuses []string
 	// Fingerprints selects envelopes by fingerprint (64 lowercase hex
 	// digits).
@@ -59,7 +59,7 @@ var ErrBadFilter = errors.New("envelope: bad filter")
 // Validate checks f and returns an error wrapping ErrBadFilter that names
 // the first bad value: an empty keyword, path, namespace or fingerprint,
 // a fingerprint that is not 64 lowercase hex digits, a status other than
-// pending, replayed and discarded, a code ≤ 0, a negative OlderThan or
+// pending, replayed, discarded and quarantined, a code ≤ 0, a negative OlderThan or
 // NewerThan, or bounds that select no instant at all (FirstSeenAfter not
 // before FirstSeenBefore, NewerThan not longer than OlderThan).
 func (f Filter) Validate() error {
