@@ -203,10 +203,10 @@ func WithInsertFirst() SinkOption {
 // there (subdocument rules: dotted, "$"-prefixed, empty or duplicated
 // keys, strings that are not UTF-8, deep nesting): then as their exact
 // bytes, BSON binary subtype 0 in <field>_raw, listed with the reason in
-// binary. An upsert the server still refuses with a field-name code (2,
-// 52, 56, 57) is sent once more with every document field as bytes.
+// binary. An upsert (or, WithInsertFirst, an insert) the server still
+// refuses with a field-name code (2, 52, 56, 57) is sent once more with
+// every document field as bytes.
 // Decode reads both forms; the collection's validator accepts both.
-// (Insert-first mode does not retry this way.)
 //
 // # Idempotence
 //
@@ -405,9 +405,31 @@ func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) error {
 		pending[i] = i
 	}
 	for round := 0; ; round++ {
-		dups, err := s.insert(ctx, docs, pending)
-		if err != nil || len(dups) == 0 {
+		dups, refused, err := s.insert(ctx, docs, pending)
+		if err != nil {
 			return err
+		}
+		if len(refused) > 0 {
+			// Refused for a field name this package took for storable:
+			// inserted again (once) with the documents as bytes.
+			for _, r := range refused {
+				i := r.index
+				if envs[i].refused != "" {
+					return fmt.Errorf("envelope: storing the envelope of fingerprint %s: %w", envs[i].Fingerprint, r.err)
+				}
+				envs[i].refused = fmt.Sprintf("refused by the server as a sub-document: %d %s", r.code, r.codeName)
+				if docs[i], err = bson.Marshal(storedFields(envs[i])); err != nil {
+					return fmt.Errorf("envelope: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, err)
+				}
+			}
+			again, err := s.insertRefused(ctx, docs, refused)
+			if err != nil {
+				return err
+			}
+			dups = append(dups, again...)
+		}
+		if len(dups) == 0 {
+			return nil
 		}
 		missing, err := s.update(ctx, envs, dups)
 		if err != nil || len(missing) == 0 {
@@ -420,27 +442,61 @@ func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) error {
 	}
 }
 
+// refusedInsert is an envelope whose insert the server refused for a
+// field name (refusesSubdocument).
+type refusedInsert struct {
+	index    int // into docs
+	code     int32
+	codeName string
+	err      error
+}
+
 // insert inserts docs[i] for i in idx, unordered, and returns the indexes
-// (into docs) whose insert failed with a duplicate key.
-func (s *MongoSink) insert(ctx context.Context, docs []bson.Raw, idx []int) ([]int, error) {
+// (into docs) whose insert failed with a duplicate key, and those refused
+// for a field name.
+func (s *MongoSink) insert(ctx context.Context, docs []bson.Raw, idx []int) ([]int, []refusedInsert, error) {
 	batch := make([]any, len(idx))
 	for k, i := range idx {
 		batch[k] = docs[i]
 	}
 	res, err := s.coll.InsertMany(ctx, batch, options.InsertMany().SetOrdered(false))
 	if err == nil {
-		return nil, acked(res.Acknowledged)
+		return nil, nil, acked(res.Acknowledged)
 	}
 	var bwe mongo.BulkWriteException
 	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
-		return nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
+		return nil, nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
 	}
 	dups := make([]int, 0, len(bwe.WriteErrors))
+	var refused []refusedInsert
 	for _, f := range policy.Extract(err) {
-		if !policy.IsDuplicateKey(f) || f.Index < 0 || f.Index >= len(idx) {
-			return nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
+		switch {
+		case f.Index < 0 || f.Index >= len(idx):
+			return nil, nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
+		case policy.IsDuplicateKey(f):
+			dups = append(dups, idx[f.Index])
+		case refusesSubdocument(f.Code):
+			refused = append(refused, refusedInsert{index: idx[f.Index], code: f.Code, codeName: f.CodeName, err: err})
+		default:
+			return nil, nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
 		}
-		dups = append(dups, idx[f.Index])
+	}
+	return dups, refused, nil
+}
+
+// insertRefused inserts again the documents of refused (now with their
+// fields as bytes) and returns those that met a duplicate key.
+func (s *MongoSink) insertRefused(ctx context.Context, docs []bson.Raw, refused []refusedInsert) ([]int, error) {
+	idx := make([]int, len(refused))
+	for k, r := range refused {
+		idx[k] = r.index
+	}
+	dups, again, err := s.insert(ctx, docs, idx)
+	if err != nil {
+		return nil, err
+	}
+	if len(again) > 0 {
+		return nil, fmt.Errorf("envelope: storing envelopes with their documents as bytes: %w", again[0].err)
 	}
 	return dups, nil
 }

@@ -81,46 +81,57 @@ func TestEnsureCollectionReportsSharding(t *testing.T) {
 
 // TestSinkStoresBytesWhenServerRefuses: a server that refuses an
 // envelope's sub-document for a reason this package did not foresee (57
-// DottedFieldName here) gets it again with its documents as bytes.
+// DottedFieldName here) gets it again with its documents as bytes, in
+// either mode of MongoSink.
 func TestSinkStoresBytesWhenServerRefuses(t *testing.T) {
-	reject := faultproxy.RejectDocuments(func(bson.Raw) bool { return true },
-		faultproxy.WriteError{Code: 57, Message: "field names may not contain '.'"})
-	p, err := faultproxy.New(faultproxy.WithScript(faultproxy.MustScript(faultproxy.On("update").In("app.dlq").Do(reject))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	var updates []bson.Raw
-	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		if e.CommandName == "update" {
-			updates = append(updates, append(bson.Raw(nil), e.Command...))
-		}
-	}}
-	c, err := mongo.Connect(options.Client().ApplyURI(p.URI()).SetMonitor(mon).SetRetryWrites(false).SetServerSelectionTimeout(10 * time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
-	env := sampleEnvelope(t)
-	if err := NewMongoSink(c.Database("app").Collection("dlq")).Put(context.Background(), []Envelope{env}); err != nil {
-		t.Fatal(err)
-	}
-	if len(updates) != 2 {
-		t.Fatalf("%d update commands, want 2", len(updates))
-	}
-	first := updates[0].Lookup("updates", "0", "u", "$setOnInsert")
-	second := updates[1].Lookup("updates", "0", "u", "$setOnInsert")
-	if _, err := first.Document().LookupErr("original"); err != nil {
-		t.Error("first try not as a sub-document")
-	}
-	_, data, ok := second.Document().Lookup("original_raw").BinaryOK()
-	if !ok || !bytes.Equal(data, env.Original) {
-		t.Fatalf("second try: %s", second)
-	}
-	if r := second.Document().Lookup("binary", "0", "reason").StringValue(); !strings.Contains(r, "57") {
-		t.Errorf("binary reason %q", r)
+	for _, tc := range []struct {
+		name, command string
+		opts          []SinkOption
+		doc           func(cmd bson.Raw) bson.Raw
+	}{
+		{"upsert", "update", nil, func(cmd bson.Raw) bson.Raw { return cmd.Lookup("updates", "0", "u", "$setOnInsert").Document() }},
+		{"insert first", "insert", []SinkOption{WithInsertFirst()}, func(cmd bson.Raw) bson.Raw { return cmd.Lookup("documents", "0").Document() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reject := faultproxy.RejectDocuments(func(bson.Raw) bool { return true },
+				faultproxy.WriteError{Code: 57, Message: "field names may not contain '.'"})
+			p, err := faultproxy.New(faultproxy.WithScript(faultproxy.MustScript(faultproxy.On(tc.command).In("app.dlq").Do(reject))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.Close() })
+			var sent []bson.Raw
+			mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+				if e.CommandName == tc.command {
+					sent = append(sent, append(bson.Raw(nil), e.Command...))
+				}
+			}}
+			c, err := mongo.Connect(options.Client().ApplyURI(p.URI()).SetMonitor(mon).SetRetryWrites(false).SetServerSelectionTimeout(10 * time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+			env := sampleEnvelope(t)
+			if err := NewMongoSink(c.Database("app").Collection("dlq"), tc.opts...).Put(context.Background(), []Envelope{env}); err != nil {
+				t.Fatal(err)
+			}
+			if len(sent) != 2 {
+				t.Fatalf("%d %s commands, want 2", len(sent), tc.command)
+			}
+			if _, err := tc.doc(sent[0]).LookupErr("original"); err != nil {
+				t.Error("first try not as a sub-document")
+			}
+			second := tc.doc(sent[1])
+			_, data, ok := second.Lookup("original_raw").BinaryOK()
+			if !ok || !bytes.Equal(data, env.Original) {
+				t.Fatalf("second try: %s", second)
+			}
+			if r := second.Lookup("binary", "0", "reason").StringValue(); !strings.Contains(r, "57") {
+				t.Errorf("binary reason %q", r)
+			}
+		})
 	}
 }
