@@ -1,5 +1,13 @@
 package envelope
 
+// StatusQuarantined: an envelope whose replay failed too often (package
+// replay, WithQuarantineAfter: replay_failures reached the limit). Replay
+// skips it unless told to include it (replay.WithIncludeQuarantined,
+// "dlq replay --include-quarantined"); a recapture of its payload by a
+// sink puts it back to pending, keeping replay_failures, so one more
+// failed replay quarantines it again.
+const StatusQuarantined = "quarantined"
+
 // Fields package replay keeps in an envelope besides those of Envelope
 // (stored names; package replay reads and writes them).
 const (
