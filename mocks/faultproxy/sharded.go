@@ -281,7 +281,6 @@ type shardWCE struct {
 // mongosReply accumulates the child batches' replies (buildClientResponse).
 type mongosReply struct {
 	n, nModified int
-	hasModified  bool
 	upserted     bson.A
 	writeErrors  bson.A
 	wces         []shardWCE
@@ -315,7 +314,6 @@ func (m *mongosReply) add(reply bson.D, b childBatch, shard string) (hadErrors b
 	if v, ok := field(reply, "nModified"); ok {
 		n, _ := asInt(v)
 		m.nModified += n
-		m.hasModified = true
 	}
 	for _, key := range []string{"upserted", "writeErrors"} {
 		v, ok := field(reply, key)
