@@ -48,6 +48,20 @@ func TestReplyErrorBadInputIsAnError(t *testing.T) {
 	if err := mocks.ReplyError(mocks.OpInsertOne, bson.Raw{5, 0, 0, 0, 1}); !errors.Is(err, mocks.ErrInvalidReply) {
 		t.Errorf("invalid BSON: %v, want ErrInvalidReply", err)
 	}
+	// Shapes the driver would read as success.
+	for _, js := range []string{
+		`{"n":1}`,
+		`{"ok":1,"n":0,"writeErrors":5}`,
+		`{"ok":1,"n":0,"writeErrors":[7]}`,
+		`{"ok":1,"n":0,"writeErrors":[{"index":"a","code":11000,"errmsg":"E11000"}]}`,
+		`{"ok":1,"n":1,"writeConcernError":"timeout"}`,
+	} {
+		for _, op := range []string{mocks.OpInsertOne, mocks.OpInsertMany, mocks.OpBulkWrite} {
+			if err := mocks.ReplyError(op, raw(js)); !errors.Is(err, mocks.ErrInvalidReply) {
+				t.Errorf("%s %s: %v, want ErrInvalidReply", op, js, err)
+			}
+		}
+	}
 }
 
 // TestFakePanicsAsTheDriverDoes: a scripted reply the driver panics on
