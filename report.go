@@ -165,7 +165,7 @@ type Report struct {
 }
 
 // newReport lifts what a finished call proved into a *Report.
-func newReport(c *engine.Call) error {
+func newReport(c engine.Result) error {
 	r := &Report{Operation: c.Operation(), Namespace: c.Namespace(), Attempts: c.Attempts(), Err: c.LastErr(), Hint: c.Hint(), extra: c.Extra()}
 	r.Outcomes = make([]Outcome, c.Len())
 	for i := range r.Outcomes {

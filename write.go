@@ -32,7 +32,7 @@ type method[T any] struct {
 	// send makes one attempt.
 	send engine.Send
 	// result is the result returned after retries or with a Report.
-	result func(c *engine.Call) *T
+	result func(r engine.Result) *T
 }
 
 // guard is the one write skeleton of every guarded method: a nil ctx is
@@ -65,7 +65,7 @@ func guard[T any](g *Guarded, ctx context.Context, m method[T]) (*T, error) {
 	if res, ok := first.(*T); ok && res != nil && err == nil {
 		return res, nil
 	}
-	return m.result(c), err
+	return m.result(c.Result()), err
 }
 
 // InsertOne inserts document through the policy chain. document gets an
@@ -98,9 +98,9 @@ func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.L
 			}
 			return res, err
 		},
-		result: func(c *engine.Call) *mongo.InsertOneResult {
-			if d := c.Disposition(0); d.Stored() || d == Unacknowledged {
-				return &mongo.InsertOneResult{InsertedID: c.ID(0), Acknowledged: d != Unacknowledged}
+		result: func(r engine.Result) *mongo.InsertOneResult {
+			if d := r.Disposition(0); d.Stored() || d == Unacknowledged {
+				return &mongo.InsertOneResult{InsertedID: r.ID(0), Acknowledged: d != Unacknowledged}
 			}
 			return nil
 		},
@@ -159,13 +159,13 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 			}
 			return res, err
 		},
-		result: func(c *engine.Call) *mongo.InsertManyResult {
+		result: func(r engine.Result) *mongo.InsertManyResult {
 			res := &mongo.InsertManyResult{Acknowledged: true}
-			for i := range c.Len() {
-				if c.Disposition(i).Stored() {
-					res.InsertedIDs = append(res.InsertedIDs, c.ID(i))
+			for i := range r.Len() {
+				if r.Disposition(i).Stored() {
+					res.InsertedIDs = append(res.InsertedIDs, r.ID(i))
 				}
-				if c.Disposition(i) == Unacknowledged {
+				if r.Disposition(i) == Unacknowledged {
 					res.Acknowledged = false
 				}
 			}
@@ -226,17 +226,17 @@ func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts
 			}
 			return res, err
 		},
-		result: func(c *engine.Call) *mongo.BulkWriteResult {
+		result: func(r engine.Result) *mongo.BulkWriteResult {
 			// The driver's partial results cannot say which insert of a
 			// split bulk write was applied before a lost reply, so
 			// inserted documents are counted from the dispositions: every
 			// insert model stored once.
 			total.InsertedCount = 0
-			for i := range c.Len() {
-				if c.IsInsert(i) && c.Disposition(i).Stored() {
+			for i := range r.Len() {
+				if r.IsInsert(i) && r.Disposition(i).Stored() {
 					total.InsertedCount++
 				}
-				if c.Disposition(i) == Unacknowledged {
+				if r.Disposition(i) == Unacknowledged {
 					total.Acknowledged = false
 				}
 			}

@@ -237,6 +237,10 @@ var InterruptedCodes = []int32{24, 50, 91, 189, 262, 279, 10058, 10107, 11600, 1
 //   - 16500 (Azure Cosmos DB TooManyRequests, per statement): the request
 //     was throttled and not performed (Azure Cosmos DB for MongoDB,
 //     "Troubleshoot query and request-rate issues": retry the operation).
+//
+// A code added to a Table's Invalid or Conflict set is dead-lettered or
+// handed to the conflict handler only when it is here too: a write error
+// that proves nothing is never a verdict, whatever its class.
 var WriteErrorVerdictCodes = []int32{2, 14, 121, 10334, 11000, 11001, 12582, 16500, 16755, 17280}
 
 // AuthorizationCodes are the whole-command codes of a missing privilege or

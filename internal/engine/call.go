@@ -62,86 +62,91 @@ func (c *Call) Run(ctx context.Context, send Send) (first any, err error) {
 	return c.run(ctx)
 }
 
-// What a finished call proved, for the root's results and its *Report
-// (Config.Report): the call's figures, then one answer per input i
-// (0 ≤ i < Len(), in input order).
+// Result is what a finished call proved, for the root's results and its
+// *Report (Config.Report): the call's figures, then one answer per input i
+// (0 ≤ i < Len(), in input order). It is a view of the call: read it after
+// Run.
+type Result struct{ c *Call }
+
+// Result returns the view of what the call proved.
+func (c *Call) Result() Result { return Result{c} }
 
 // Operation returns the call's name (insertOne, insertMany, bulkWrite, ...).
-func (c *Call) Operation() string { return c.op.Name }
+func (r Result) Operation() string { return r.c.op.Name }
 
 // Namespace returns "<database>.<collection>".
-func (c *Call) Namespace() string { return c.e.cfg.Namespace }
+func (r Result) Namespace() string { return r.c.e.cfg.Namespace }
 
 // Attempts returns the number of driver calls the call made.
-func (c *Call) Attempts() int { return c.attempts }
+func (r Result) Attempts() int { return r.c.attempts }
 
 // LastErr returns the driver's last error, nil when none failed.
-func (c *Call) LastErr() error { return c.lastErr }
+func (r Result) LastErr() error { return r.c.lastErr }
 
 // Hint names the setting to fix after a Configuration failure ("" when
 // there was none).
-func (c *Call) Hint() string { return c.hint }
+func (r Result) Hint() string { return r.c.hint }
 
 // Extra returns the call's errors that belong to no input (a context
 // error, ErrUnacknowledged).
-func (c *Call) Extra() []error { return c.extra }
+func (r Result) Extra() []error { return r.c.extra }
 
 // Len returns the number of inputs.
-func (c *Call) Len() int { return len(c.items) }
+func (r Result) Len() int { return len(r.c.items) }
 
 // Disposition returns input i's terminal disposition.
-func (c *Call) Disposition(i int) policy.Disposition { return c.items[i].disp }
+func (r Result) Disposition(i int) policy.Disposition { return r.c.items[i].disp }
 
 // ID returns input i's _id as the driver returns it (policy.IDValue) for
 // an insert, nil for another model.
-func (c *Call) ID(i int) any {
-	if c.items[i].kind != KindInsert {
+func (r Result) ID(i int) any {
+	if r.c.items[i].kind != KindInsert {
 		return nil
 	}
-	return c.items[i].idValue()
+	return r.c.items[i].idValue()
 }
 
 // IsInsert reports whether input i is an insert.
-func (c *Call) IsInsert(i int) bool { return c.items[i].kind == KindInsert }
+func (r Result) IsInsert(i int) bool { return r.c.items[i].kind == KindInsert }
 
 // Failure returns input i's last failure, nil when it had none.
-func (c *Call) Failure(i int) *policy.Failure { return c.items[i].fail }
+func (r Result) Failure(i int) *policy.Failure { return r.c.items[i].fail }
 
 // Class returns the class of input i's failure (policy.Unknown without
 // one).
-func (c *Call) Class(i int) policy.Class {
-	if c.items[i].fail == nil {
+func (r Result) Class(i int) policy.Class {
+	if r.c.items[i].fail == nil {
 		return policy.Unknown
 	}
-	return c.items[i].class
+	return r.c.items[i].class
 }
 
 // Reason returns why input i ended unstored and unhandled (ReasonNone
 // for a stored or handled input).
-func (c *Call) Reason(i int) Reason {
-	if d := c.items[i].disp; d.Stored() || d.Handled() {
+func (r Result) Reason(i int) Reason {
+	if d := r.c.items[i].disp; d.Stored() || d.Handled() {
 		return ReasonNone
 	}
-	return c.items[i].reason
+	return r.c.items[i].reason
 }
 
 // Sent returns how many attempts sent input i to the server.
-func (c *Call) Sent(i int) int { return c.items[i].attempts }
+func (r Result) Sent(i int) int { return r.c.items[i].attempts }
 
 // MaybeWritten reports whether an attempt may have applied input i and
 // nothing proved it stored or absent.
-func (c *Call) MaybeWritten(i int) bool {
-	it := c.items[i]
+func (r Result) MaybeWritten(i int) bool {
+	it := r.c.items[i]
 	return it.mayBeApplied() && !it.disp.Stored()
 }
 
 // Document returns input i as prepared (with its _id) for an insert, nil
 // for another model.
-func (c *Call) Document(i int) bson.Raw { return c.items[i].doc }
+func (r Result) Document(i int) bson.Raw { return r.c.items[i].doc }
 
 // Model returns the caller's write model of input i (BulkWrite only).
-func (c *Call) Model(i int) mongo.WriteModel { return c.items[i].model }
+func (r Result) Model(i int) mongo.WriteModel { return r.c.items[i].model }
 
 // Err returns the error of writeguard's own handling of input i (the
 // sink's, the conflict handler's, the read-back's), nil otherwise.
-func (c *Call) Err(i int) error { return c.items[i].err }
+func (r Result) Err(i int) error { return r.c.items[i].err }

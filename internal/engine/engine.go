@@ -60,8 +60,8 @@ type Config struct {
 	UniqueID func(ctx context.Context) bool
 	// Report turns a finished call that did not end all written into
 	// the error the call returns (the root's *Report), reading what the
-	// call proved through Call's accessors.
-	Report func(*Call) error
+	// call proved through its Result.
+	Report func(Result) error
 	// Settled, when not nil, is told once per call (outside a
 	// transaction), after every input has its disposition and before
 	// Report, how many inputs the call settled and how many of them were

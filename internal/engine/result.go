@@ -33,7 +33,7 @@ func (c *Call) finish(ctx context.Context) error {
 	}
 	var err error
 	if !ok {
-		err = e.cfg.Report(c)
+		err = e.cfg.Report(c.Result())
 	}
 	if e.observed {
 		c.operationFinished(ctx, err)

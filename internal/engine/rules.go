@@ -129,9 +129,11 @@ func settle(d policy.Disposition, rule string) Decision {
 //  1. A write concern error (AppliedUnconfirmed): re-sent when its class is
 //     retryable and the model may be re-sent (a retry may find it rolled
 //     back); otherwise written_unconfirmed.
-//  2. A whole-command failure is never a verdict on the documents: an
-//     Invalid or Conflict class on a whole-command shape is treated as
-//     Unknown (never dead-lettered, never handed to a conflict handler).
+//  2. A whole-command failure is never a verdict on the documents, nor is a
+//     failure that proves nothing (Proof MaybeApplied: a write error whose
+//     code is not in policy.WriteErrorVerdictCodes, whatever a classifier
+//     says of it): an Invalid or Conflict class there is treated as Unknown
+//     (never dead-lettered, never handed to a conflict handler).
 //  3. Transient and Throttled: retried, unless the document may have been
 //     applied and may not be re-sent: an insert where _id is not unique is
 //     read back (AfterReadBackNoUniqueID), a non-idempotent update after a
@@ -155,7 +157,7 @@ func Route(f Facts) Decision {
 		return settle(policy.WrittenUnconfirmed, "write_concern_error")
 	}
 	class := f.Class
-	if f.WholeCommand && (class == policy.Invalid || class == policy.Conflict) {
+	if (f.WholeCommand || f.Proof == policy.MaybeApplied) && (class == policy.Invalid || class == policy.Conflict) {
 		class = policy.Unknown
 	}
 	maybe := f.EverMaybe || f.Proof == policy.MaybeApplied

@@ -323,3 +323,18 @@ func TestNoUniqueIDNeverResends(t *testing.T) {
 		}
 	}
 }
+
+// A failure that proves nothing about its document (Proof MaybeApplied: a
+// write error whose code is no verdict, a lost reply) is never a verdict
+// on it, whatever class a classifier gives it: never dead-lettered, never
+// handed to the conflict handler.
+func TestMaybeAppliedIsNoVerdict(t *testing.T) {
+	everyFacts(func(f engine.Facts) {
+		if f.Proof != policy.MaybeApplied {
+			return
+		}
+		if d := engine.Route(f); d.Action == engine.DeadLetter || d.Action == engine.HandleConflict {
+			t.Errorf("%+v -> %s (%s)", f, d.Action, d.Rule)
+		}
+	})
+}
