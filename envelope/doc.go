@@ -16,9 +16,31 @@
 // validators, no TTL). MongoSink stores envelopes there, one bulk write
 // per Put, merging recaptures of a payload into one envelope (attempts,
 // last_seen, status back to pending); WithRedact strips fields first, and
-// envelopes over 16 MiB are stored with their original truncated, never
-// dropped. FileSink appends them to a JSON Lines file, the fallback when
+// envelopes over 16 MiB are cut (diagnostics first, the original last),
+// never dropped. FileSink appends them to a JSON Lines file, the fallback when
 // the DLQ cannot be written; ReadFile loads it back.
+//
+// # The envelope format (SchemaVersion 2)
+//
+// New builds an envelope from what a guarded write knows of a rejected
+// document or model (Capture): an insert keeps its document as it was
+// marshalled; an update, replace or delete keeps ModelDocument's document,
+// with every field of the driver's model that changes the write (filter,
+// update or pipeline, replacement, arrayFilters, collation, hint, upsert,
+// sort), and the call's own options (CallOptions: ordered,
+// bypassDocumentValidation, let, comment). ParseModel rebuilds the model
+// so that the driver sends the same statement bytes.
+//
+// Both sinks then protect and fit it: fields the server refused because
+// the schema says they must be encrypted (errInfo operatorName "encrypt",
+// or paths configured with WithEncryptedPaths) are withheld, not stored
+// (Withheld, WithheldNote); the fingerprint of an envelope with withheld
+// or redacted fields is of a scheme that confirms no guess of them
+// (SchemeStored, or SchemeKeyed with WithFingerprintKey); a document the
+// server could not store as a sub-document (dotted, "$"-prefixed or
+// duplicated keys, ...) is kept as its exact bytes in <field>_raw
+// (Binary); and an envelope over 16 MiB gives up its diagnostics before
+// its original (Cut). Decode reads every format back.
 //
 // Filter selects envelopes (by keyword, path, code, namespace, status,
 // age) for Stats, which summarises a backlog, for Discard, which gives

@@ -34,12 +34,10 @@ const (
 	StatusReplayed = "replayed"
 	// StatusDiscarded: given up by an operator.
 	StatusDiscarded = "discarded"
-	// StatusQuarantined: set aside after too many failed replays
-	// (Envelope.ReplayFailures); a replay skips it unless asked (format 2).
-	StatusQuarantined = "quarantined"
 )
 
-// Statuses lists every status, in the order above.
+// Statuses lists every status: the three above and StatusQuarantined
+// (status_quarantine.go, format 2).
 var Statuses = []string{StatusPending, StatusReplayed, StatusDiscarded, StatusQuarantined}
 
 // Envelope is one dead-lettered document or write model, as stored in the
@@ -100,7 +98,8 @@ type Envelope struct {
 	// OriginalRedacted is true when a redaction hook (WithRedact) changed
 	// Original before it was stored: the stored original is not the
 	// payload that was rejected, and a replay skips it unless told
-	// otherwise. Fingerprint is still that of the unredacted payload.
+	// otherwise. Fingerprint is then of a scheme that hides what was
+	// removed (FingerprintScheme).
 	OriginalRedacted bool `bson:"original_redacted,omitempty" json:"original_redacted,omitempty"`
 	// DocumentID is the original's _id.
 	DocumentID bson.RawValue `bson:"document_id" json:"-"`
@@ -137,7 +136,8 @@ type Envelope struct {
 	// Status is one of Statuses.
 	Status string `bson:"status" json:"status"`
 	// ReplayFailures counts the replays that tried the envelope and did
-	// not write it (format 2; maintained by package replay).
+	// not write it (FieldReplayFailures; format 2; maintained by package
+	// replay, which quarantines the envelope past a limit).
 	ReplayFailures int `bson:"replay_failures,omitempty" json:"replay_failures,omitempty"`
 	// ReplayedAt is when a replay wrote the payload to its target (status
 	// replayed); zero otherwise. Set by package replay.
@@ -155,6 +155,10 @@ type Envelope struct {
 	// the payload, when there was one (hex, W3C trace context).
 	TraceID string `bson:"trace_id,omitempty" json:"trace_id,omitempty"`
 	SpanID  string `bson:"span_id,omitempty" json:"span_id,omitempty"`
+
+	// refused is a server's refusal of this envelope's sub-documents
+	// (MongoSink stores it again with them as bytes); not stored.
+	refused string
 }
 
 // BinaryField is one entry of Envelope.Binary.

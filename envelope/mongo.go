@@ -92,9 +92,10 @@ func (c *sinkConfig) err() error { return errors.Join(c.errs...) }
 // fails rather than store the unredacted document. Returning nil stores an
 // empty document.
 //
-// The fingerprint is left as the caller computed it, from the unredacted
-// original, so recaptures of the payload still meet the same envelope. An
-// envelope whose original the hook changed is stored with
+// An envelope whose original the hook changed gets a fingerprint that
+// lets no reader confirm a guess of the removed values: SchemeKeyed with
+// WithFingerprintKey, else SchemeStored (see their cost to dedupe). It is
+// stored with
 // original_redacted: true, and a replay skips it unless told otherwise
 // (its original is no longer the rejected payload).
 //
@@ -232,6 +233,18 @@ func WithLogger(l *slog.Logger) SinkOption {
 // Captures of one payload through different sinks or processes are
 // counted exactly only on servers with atomic updates (MongoDB); on
 // FerretDB they still end as one envelope, with attempts ≥ 1.
+//
+// # Field names
+//
+// original, err_info and call_options are stored as sub-documents, which
+// dlq queries and the dry run read, unless the server could refuse them
+// there (subdocument rules: dotted, "$"-prefixed, empty or duplicated
+// keys, strings that are not UTF-8, deep nesting): then as their exact
+// bytes, BSON binary subtype 0 in <field>_raw, listed with the reason in
+// binary. An upsert (or, WithInsertFirst, an insert) the server still
+// refuses with a field-name code (2, 52, 56, 57) is sent once more with
+// every document field as bytes.
+// Decode reads both forms; the collection's validator accepts both.
 //
 // # Idempotence
 //
@@ -575,21 +588,47 @@ func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) (map[int]er
 				return failed, first
 			}
 			i := idx[we.Index]
-			if round < s.cfg.upsertRetries && policy.IsDuplicateKey(policy.Extract(mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}})[0]) {
+			f := policy.Extract(mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}})[0]
+			switch {
+			case round < s.cfg.upsertRetries && policy.IsDuplicateKey(f):
 				again = append(again, models[we.Index])
 				againIdx = append(againIdx, i)
-				continue
+			case refusesSubdocument(f.Code) && envs[i].refused == "":
+				// The server refused a sub-document this package took
+				// for storable: send the envelope again (once) with its
+				// documents as bytes.
+				envs[i].refused = fmt.Sprintf("refused by the server as a sub-document: %d %s", f.Code, f.CodeName)
+				m, merr := upsertModel(envs[i])
+				if merr != nil {
+					failed[i] = merr
+					continue
+				}
+				again = append(again, m)
+				againIdx = append(againIdx, i)
+			default:
+				failed[i] = oneWriteError(envs[i].Fingerprint, we, bwe.Labels)
 			}
-			failed[i] = oneWriteError(envs[i].Fingerprint, we, bwe.Labels)
 		}
 		if len(again) == 0 {
 			return failed, first
 		}
 		models, idx = again, againIdx
 		if len(failed) == 0 {
-			first = nil // only races so far: the next round decides
+			first = nil // only races and refusals so far: the next round decides
 		}
 	}
+}
+
+// refusesSubdocument reports whether a write error code is a server's
+// refusal of a field name or shape in a stored document (mongodb/mongo
+// src/mongo/base/error_codes.yml: 2 BadValue, 52 DollarPrefixedFieldName,
+// 56 EmptyFieldName, 57 DottedFieldName; storage_validation.cpp).
+func refusesSubdocument(code int32) bool {
+	switch code {
+	case 2, 52, 56, 57:
+		return true
+	}
+	return false
 }
 
 func allIndexes(n int) []int {
@@ -616,9 +655,35 @@ func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) (map[in
 	failed := map[int]error{}
 	var first error
 	for round := 0; ; round++ {
-		dups, ifailed, err := s.insert(ctx, envs, docs, pending)
+		dups, ifailed, refused, err := s.insert(ctx, envs, docs, pending)
 		maps.Copy(failed, ifailed)
 		first = cmpOr(first, err)
+		if len(refused) > 0 {
+			// Refused for a field name this package took for storable:
+			// inserted again (once) with the documents as bytes.
+			again := refused[:0:0]
+			for _, r := range refused {
+				i := r.index
+				envs[i].refused = fmt.Sprintf("refused by the server as a sub-document: %d %s", r.code, r.codeName)
+				var merr error
+				if docs[i], merr = bson.Marshal(storedFields(envs[i])); merr != nil {
+					failed[i] = fmt.Errorf("envelope: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, merr)
+					first = cmpOr(first, failed[i])
+					continue
+				}
+				again = append(again, r)
+			}
+			idx := make([]int, len(again))
+			for k, r := range again {
+				idx[k] = r.index
+			}
+			if len(idx) > 0 {
+				d2, f2, _, err := s.insert(ctx, envs, docs, idx) // refused again: failed
+				maps.Copy(failed, f2)
+				first = cmpOr(first, err)
+				dups = append(dups, d2...)
+			}
+		}
 		if len(dups) == 0 {
 			return failed, first
 		}
@@ -639,10 +704,20 @@ func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) (map[in
 	}
 }
 
+// refusedInsert is an envelope whose insert the server refused for a
+// field name (refusesSubdocument) while its documents were stored as
+// sub-documents.
+type refusedInsert struct {
+	index    int // into docs
+	code     int32
+	codeName string
+}
+
 // insert inserts docs[i] for i in idx, unordered, and returns the indexes
 // (into docs) whose insert failed with a duplicate key, those that failed
-// otherwise with why, and the error Put returns for them.
-func (s *MongoSink) insert(ctx context.Context, envs []Envelope, docs []bson.Raw, idx []int) ([]int, map[int]error, error) {
+// otherwise with why, those refused for a field name that can be stored
+// as bytes instead, and the error Put returns for them.
+func (s *MongoSink) insert(ctx context.Context, envs []Envelope, docs []bson.Raw, idx []int) ([]int, map[int]error, []refusedInsert, error) {
 	batch := make([]any, len(idx))
 	for k, i := range idx {
 		batch[k] = docs[i]
@@ -650,32 +725,37 @@ func (s *MongoSink) insert(ctx context.Context, envs []Envelope, docs []bson.Raw
 	res, err := s.coll.InsertMany(ctx, batch, options.InsertMany().SetOrdered(false))
 	if err == nil {
 		if aerr := s.acked(res.Acknowledged); aerr != nil {
-			return nil, failAll(idx, aerr), aerr
+			return nil, failAll(idx, aerr), nil, aerr
 		}
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	werr := fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
 	var bwe mongo.BulkWriteException
 	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
-		return nil, failAll(idx, werr), werr
+		return nil, failAll(idx, werr), nil, werr
 	}
 	dups := make([]int, 0, len(bwe.WriteErrors))
 	failed := map[int]error{}
+	var refused []refusedInsert
 	for _, we := range bwe.WriteErrors {
 		if we.Index < 0 || we.Index >= len(idx) {
-			return nil, failAll(idx, werr), werr
+			return nil, failAll(idx, werr), nil, werr
 		}
 		i := idx[we.Index]
-		if policy.IsDuplicateKey(policy.Extract(mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}})[0]) {
+		f := policy.Extract(mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}})[0]
+		switch {
+		case policy.IsDuplicateKey(f):
 			dups = append(dups, i)
-			continue
+		case refusesSubdocument(f.Code) && envs[i].refused == "":
+			refused = append(refused, refusedInsert{index: i, code: f.Code, codeName: f.CodeName})
+		default:
+			failed[i] = oneWriteError(envs[i].Fingerprint, we, bwe.Labels)
 		}
-		failed[i] = oneWriteError(envs[i].Fingerprint, we, bwe.Labels)
 	}
 	if len(failed) == 0 {
 		werr = nil
 	}
-	return dups, failed, werr
+	return dups, failed, refused, werr
 }
 
 // update applies the recapture update to the envelopes envs[i], i in
@@ -1103,9 +1183,9 @@ func insertFields(env Envelope) bson.D {
 	if env.Kind != "" {
 		d = append(d, bson.E{Key: "kind", Value: env.Kind})
 	}
-	d = append(d, docElem("original", rawOrEmpty(env.Original), &binary))
+	d = append(d, docElem("original", rawOrEmpty(env.Original), &binary, env.refused))
 	if len(env.CallOptions) > 0 {
-		d = append(d, docElem("call_options", env.CallOptions, &binary))
+		d = append(d, docElem("call_options", env.CallOptions, &binary, env.refused))
 	}
 	if env.OriginalTruncated {
 		d = append(d, bson.E{Key: "original_truncated", Value: true}, bson.E{Key: "original_size", Value: int64(env.OriginalSize)})
@@ -1127,7 +1207,7 @@ func insertFields(env Envelope) bson.D {
 	}
 	d = append(d, bson.E{Key: "id_assigned", Value: env.IDAssigned})
 	if len(env.ErrInfo) > 0 {
-		d = append(d, docElem("err_info", env.ErrInfo, &binary))
+		d = append(d, docElem("err_info", env.ErrInfo, &binary, env.refused))
 	}
 	d = append(d,
 		bson.E{Key: "failing_keywords", Value: nonNil(env.FailingKeywords)},

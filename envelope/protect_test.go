@@ -10,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/writeguard/writeguard/jsonschema"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -358,5 +359,40 @@ func TestDecodeFormat1(t *testing.T) {
 	}
 	if _, err := Decode(mustMarshal(t, bson.D{{Key: "original_raw", Value: bson.Binary{Data: []byte{1, 2}}}})); err == nil {
 		t.Error("an original_raw that is not BSON decoded")
+	}
+}
+
+// TestValidatorAcceptsBothForms: the DLQ's own validator, evaluated by the
+// bed's $jsonSchema implementation, accepts a stored envelope whose
+// original is a sub-document and one whose original is exact bytes, and
+// rejects one with neither.
+func TestValidatorAcceptsBothForms(t *testing.T) {
+	v, err := jsonschema.Compile(Validator())
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := mustMarshal(t, bson.D{{Key: "_id", Value: 1}, {Key: "a", Value: 1}})
+	dotted := mustMarshal(t, bson.D{{Key: "_id", Value: 1}, {Key: "a.b", Value: 1}})
+	for _, orig := range []bson.Raw{plain, dotted} {
+		doc, err := StoredDocument(New(Capture{Document: orig, Failure: failure121(nil), Namespace: "db.c", Operation: "insertOne", Now: t1}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if errInfo, err := v.ValidateRaw(doc); err != nil || errInfo != nil {
+			t.Errorf("validator rejects %s: %v %v", doc, errInfo, err)
+		}
+		var d bson.D
+		if err := bson.Unmarshal(doc, &d); err != nil {
+			t.Fatal(err)
+		}
+		var without bson.D
+		for _, e := range d {
+			if e.Key != "original" && e.Key != "original_raw" {
+				without = append(without, e)
+			}
+		}
+		if errInfo, _ := v.ValidateRaw(mustMarshal(t, without)); errInfo == nil {
+			t.Error("validator accepts an envelope without an original")
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -74,5 +76,62 @@ func TestEnsureCollectionReportsSharding(t *testing.T) {
 	rep, _ := EnsureCollection(context.Background(), c.Database("app"), "dlq")
 	if r, ok := rep.Feature(FeatureSharding); ok {
 		t.Errorf("sharding reported on a server that is not a mongos: %+v", r)
+	}
+}
+
+// TestSinkStoresBytesWhenServerRefuses: a server that refuses an
+// envelope's sub-document for a reason this package did not foresee (57
+// DottedFieldName here) gets it again with its documents as bytes, in
+// either mode of MongoSink.
+func TestSinkStoresBytesWhenServerRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name, command string
+		opts          []SinkOption
+		doc           func(cmd bson.Raw) bson.Raw
+	}{
+		{"upsert", "update", nil, func(cmd bson.Raw) bson.Raw { return cmd.Lookup("updates", "0", "u", "$setOnInsert").Document() }},
+		{"insert first", "insert", []SinkOption{WithInsertFirst()}, func(cmd bson.Raw) bson.Raw { return cmd.Lookup("documents", "0").Document() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reject := faultproxy.RejectDocuments(func(bson.Raw) bool { return true },
+				faultproxy.WriteError{Code: 57, Message: "field names may not contain '.'"})
+			p, err := faultproxy.New(faultproxy.WithScript(faultproxy.MustScript(faultproxy.On(tc.command).In("app.dlq").Do(reject))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.Close() })
+			var sent []bson.Raw
+			mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+				if e.CommandName == tc.command {
+					sent = append(sent, append(bson.Raw(nil), e.Command...))
+				}
+			}}
+			c, err := mongo.Connect(options.Client().ApplyURI(p.URI()).SetMonitor(mon).SetRetryWrites(false).SetServerSelectionTimeout(10 * time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+			env := sampleEnvelope(t)
+			if err := NewMongoSink(c.Database("app").Collection("dlq"), tc.opts...).Put(context.Background(), []Envelope{env}); err != nil {
+				t.Fatal(err)
+			}
+			if len(sent) != 2 {
+				t.Fatalf("%d %s commands, want 2", len(sent), tc.command)
+			}
+			if _, err := tc.doc(sent[0]).LookupErr("original"); err != nil {
+				t.Error("first try not as a sub-document")
+			}
+			second := tc.doc(sent[1])
+			_, data, ok := second.Lookup("original_raw").BinaryOK()
+			if !ok || !bytes.Equal(data, env.Original) {
+				t.Fatalf("second try: %s", second)
+			}
+			if r := second.Lookup("binary", "0", "reason").StringValue(); !strings.Contains(r, "57") {
+				t.Errorf("binary reason %q", r)
+			}
+		})
 	}
 }

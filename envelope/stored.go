@@ -119,9 +119,16 @@ const rawSuffix = "_raw"
 
 // docElem returns the stored element of a document field of the
 // envelope: name: doc when the server takes doc as a sub-document, else
-// name_raw: BinData(0, doc) and the reason, recorded in binary.
-func docElem(name string, doc bson.Raw, binary *[]BinaryField) bson.E {
-	if reason := subdocumentRefusal(doc); reason != "" {
+// name_raw: BinData(0, doc) and the reason, recorded in binary. refused,
+// when not empty, is a server's refusal of this envelope's sub-documents
+// (see MongoSink): every non-empty document field is then stored as
+// bytes.
+func docElem(name string, doc bson.Raw, binary *[]BinaryField, refused string) bson.E {
+	reason := subdocumentRefusal(doc)
+	if reason == "" && refused != "" && len(doc) > 5 {
+		reason = refused
+	}
+	if reason != "" {
 		*binary = append(*binary, BinaryField{Field: name, Reason: reason})
 		return bson.E{Key: name + rawSuffix, Value: bson.Binary{Subtype: bson.TypeBinaryGeneric, Data: doc}}
 	}

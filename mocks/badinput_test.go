@@ -48,6 +48,20 @@ func TestReplyErrorBadInputIsAnError(t *testing.T) {
 	if err := mocks.ReplyError(mocks.OpInsertOne, bson.Raw{5, 0, 0, 0, 1}); !errors.Is(err, mocks.ErrInvalidReply) {
 		t.Errorf("invalid BSON: %v, want ErrInvalidReply", err)
 	}
+	// Shapes the driver would read as success.
+	for _, js := range []string{
+		`{"n":1}`,
+		`{"ok":1,"n":0,"writeErrors":5}`,
+		`{"ok":1,"n":0,"writeErrors":[7]}`,
+		`{"ok":1,"n":0,"writeErrors":[{"index":"a","code":11000,"errmsg":"E11000"}]}`,
+		`{"ok":1,"n":1,"writeConcernError":"timeout"}`,
+	} {
+		for _, op := range []string{mocks.OpInsertOne, mocks.OpInsertMany, mocks.OpBulkWrite} {
+			if err := mocks.ReplyError(op, raw(js)); !errors.Is(err, mocks.ErrInvalidReply) {
+				t.Errorf("%s %s: %v, want ErrInvalidReply", op, js, err)
+			}
+		}
+	}
 }
 
 // TestFakePanicsAsTheDriverDoes: a scripted reply the driver panics on
@@ -106,4 +120,27 @@ func TestFakeTimeSeries(t *testing.T) {
 	if _, err := plain.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); !mongo.IsDuplicateKeyError(err) {
 		t.Errorf("plain Fake re-insert: %v, want a duplicate key error", err)
 	}
+}
+
+// FuzzReplyResultNeverPanics: whatever the reply, ReplyResult returns (a
+// result or an error); with a write error index that names no model it is
+// a *DriverPanicError, never a panic.
+func FuzzReplyResultNeverPanics(f *testing.F) {
+	for _, js := range []string{
+		`{"ok":1,"n":2}`,
+		`{"ok":1,"n":0,"writeErrors":[{"index":3,"code":11000,"errmsg":"E11000"}]}`,
+		`{"ok":1,"n":0,"writeErrors":[{"index":-7,"code":6,"errmsg":"Write results unavailable from shard01"}]}`,
+		`{"ok":1,"n":1,"upserted":[{"index":9,"_id":1}]}`,
+		`{"ok":0,"code":91,"errmsg":"x","errorLabels":["RetryableWriteError"]}`,
+	} {
+		var r bson.Raw
+		if err := bson.UnmarshalExtJSON([]byte(js), false, &r); err != nil {
+			f.Fatal(err)
+		}
+		f.Add([]byte(r), uint8(2))
+	}
+	ops := []string{mocks.OpInsertOne, mocks.OpInsertMany, mocks.OpBulkWrite}
+	f.Fuzz(func(t *testing.T, reply []byte, op uint8) {
+		_, _ = mocks.ReplyResult(ops[int(op)%len(ops)], bson.Raw(reply))
+	})
 }

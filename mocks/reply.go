@@ -33,7 +33,10 @@ const (
 //
 // Bad input is an error, never a panic, and never nil, so a test cannot
 // mistake it for success: an unknown op (ErrUnknownOp), a reply that is not
-// a valid BSON document (ErrInvalidReply), or a reply the real driver
+// a valid BSON document or not shaped like a server's reply (ErrInvalidReply:
+// no "ok"; "writeErrors" not an array of documents each with an integer
+// "index"; "writeConcernError" not a document; the driver would read some
+// of these as success), or a reply the real driver
 // cannot take without panicking (a *DriverPanicError: the v2.10 driver's
 // BulkWrite indexes its models by each write error's index, so an index
 // that is negative or names no model of the command panics inside the
@@ -53,6 +56,9 @@ func ReplyResult(op string, reply bson.Raw) (any, error) {
 	}
 	var d bson.D
 	if err := bson.Unmarshal(reply, &d); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidReply, err)
+	}
+	if err := checkShape(reply); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidReply, err)
 	}
 	n := docsFor(reply)
@@ -75,8 +81,9 @@ func NetworkError(op string) error {
 // OpBulkWrite.
 var ErrUnknownOp = errors.New("mocks: unknown op")
 
-// ErrInvalidReply is returned (wrapped, with the BSON error) by ReplyError
-// and ReplyResult for a reply that is not a valid BSON document.
+// ErrInvalidReply is returned (wrapped, with what was wrong) by ReplyError
+// and ReplyResult for a reply that is not a valid BSON document or not
+// shaped like a server's reply.
 var ErrInvalidReply = errors.New("mocks: reply is not a valid BSON document")
 
 // DriverPanicError is the error ReplyError and ReplyResult return when the
@@ -165,4 +172,38 @@ func docsFor(reply bson.Raw) int {
 		}
 	}
 	return n
+}
+
+// checkShape returns what makes reply unlike any server reply the driver
+// reads: no ok field, writeErrors that are not an array of documents with
+// an integer index, a writeConcernError that is not a document.
+func checkShape(reply bson.Raw) error {
+	if _, err := reply.LookupErr("ok"); err != nil {
+		return errors.New(`no "ok" field`)
+	}
+	if v, err := reply.LookupErr("writeErrors"); err == nil {
+		arr, ok := v.ArrayOK()
+		if !ok {
+			return fmt.Errorf(`"writeErrors" is a %s, not an array`, v.Type)
+		}
+		vals, err := arr.Values()
+		if err != nil {
+			return fmt.Errorf(`"writeErrors": %w`, err)
+		}
+		for i, we := range vals {
+			doc, ok := we.DocumentOK()
+			if !ok {
+				return fmt.Errorf(`"writeErrors.%d" is a %s, not a document`, i, we.Type)
+			}
+			if _, ok := doc.Lookup("index").AsInt64OK(); !ok {
+				return fmt.Errorf(`"writeErrors.%d" has no integer "index"`, i)
+			}
+		}
+	}
+	if v, err := reply.LookupErr("writeConcernError"); err == nil {
+		if _, ok := v.DocumentOK(); !ok {
+			return fmt.Errorf(`"writeConcernError" is a %s, not a document`, v.Type)
+		}
+	}
+	return nil
 }

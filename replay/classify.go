@@ -46,6 +46,7 @@ func classifyReport(send []*entry, rep *writeguard.Report) {
 		if f != nil {
 			e.code, e.codeName, e.reason = f.Code, f.CodeName, failureReason(f)
 			e.docErr = f.Shape == policy.ShapeWriteError
+			e.ambiguous = f.Ambiguous
 		}
 		switch d := o.Disposition; {
 		case d == writeguard.Written || d == writeguard.AlreadyWritten || d == writeguard.ConflictReplaced:
@@ -94,10 +95,12 @@ func classifyDriverError(send []*entry, err error) {
 		case f != nil:
 			e.out, e.code, e.codeName, e.reason = outFailed, f.Code, f.CodeName, failureReason(f)
 			e.docErr = f.Shape == policy.ShapeWriteError
+			e.ambiguous = f.Ambiguous
 		case whole != nil:
 			// A write concern error (applied, not confirmed) or a
 			// whole-command error: the next run resolves it by _id.
 			e.out, e.code, e.codeName, e.reason = outFailed, whole.Code, whole.CodeName, failureReason(whole)
+			e.ambiguous = whole.Ambiguous
 		default:
 			e.out = outReplayed
 		}

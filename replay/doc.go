@@ -39,7 +39,32 @@
 //
 // Envelopes whose original was truncated to fit the 16 MiB limit, or
 // redacted by the sink's hook (unless WithRedacted), are skipped: their
-// original is not the payload that was rejected.
+// original is not the payload that was rejected. So are envelopes with
+// withheld fields (fields the server refused for not being encrypted,
+// envelope.Envelope.Withheld) unless WithWithheldValues supplies the
+// complete original: a replay never writes a document with a field
+// silently missing.
+//
+// # What is sent
+//
+// Envelopes are read with envelope.Decode (every format; originals kept as
+// exact bytes included) and each is rebuilt into the write that was
+// rejected: an insert of its original's bytes, or, from format 2, the
+// update, replace or delete model with every option it had
+// (envelope.ParseModel: arrayFilters, collation, hint, upsert, sort),
+// sent with its call's bypassDocumentValidation, let and comment
+// (envelope.ParseCallOptions); envelopes with different call options go
+// in different BulkWrites. Envelopes of format 1 lost their models'
+// options when they were stored; they are replayed with what they kept.
+//
+// # Widening a validator first
+//
+// WidenValidator gives the target a wider validator before a replay. At
+// validationLevel "validated" (MongoDB 8.3+; LevelValidated) the server
+// takes a validator change only together with a downgrade to strict and
+// never sets the level again on an existing collection: WidenValidator
+// sends the two together and says so, and WidenAdvice says what to run by
+// hand.
 //
 // # Idempotence and crash safety
 //
@@ -65,8 +90,13 @@
 // again: it holds the envelope (pending, replay_hold
 // "in_flight_when_runner_died", counted in Result.Held and
 // Summary.Held). An operator checks the target, then discards the
-// envelope or replays it with WithIncludeHeld. Inserts need no hold:
-// their _id makes a second write a duplicate key, recognised as above.
+// envelope or replays it with WithIncludeHeld. The same holds for an
+// update, replace or delete whose write failed in a way that does not say
+// whether it was applied (policy.Failure.Ambiguous: the connection lost
+// after sending, a timeout or an interruption after sending, a write
+// concern error): held with replay_hold "write_outcome_unknown". Inserts
+// need no hold: their _id makes a second write a duplicate key,
+// recognised as above.
 //
 // # Concurrent runners
 //

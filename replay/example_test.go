@@ -77,3 +77,41 @@ func ExampleWithValidator() {
 	}
 	fmt.Printf("would pass %d, would still fail %d, cannot tell %d\n", res.WouldPass, res.WouldFail, res.Undetermined)
 }
+
+// Replay the update and delete models of bulkWrite envelopes into two
+// named collections, quarantining envelopes after 3 failed replays. Any
+// envelope aimed elsewhere (another namespace, admin, a system
+// collection), any updateMany/deleteMany and any filter without an _id
+// condition is refused and reported, not run.
+func ExampleWithInto() {
+	ctx := context.Background()
+	var dlq, orders *mongo.Collection // shop.orders_dlq, shop.orders
+
+	res, err := replay.Run(ctx, dlq, orders,
+		replay.WithInto("shop.orders"),
+		replay.WithOperations(replay.Inserts|replay.Updates|replay.Deletes),
+		replay.WithQuarantineAfter(3),
+	)
+	if err != nil {
+		log.Print(err)
+	}
+	fmt.Printf("replayed %d; refused %d, held %d, quarantined %d\n", res.Replayed, res.Refused, res.Held, res.Quarantined)
+	for _, p := range res.Problems {
+		if p.Outcome == "refused" || p.Outcome == "held" {
+			fmt.Println(p.Outcome, p.EnvelopeID, p.Reason)
+		}
+	}
+}
+
+// Discard what a filter selects without racing a running replay: the
+// envelopes a replay holds are left to it and counted.
+func ExampleDiscard() {
+	ctx := context.Background()
+	var dlq *mongo.Collection
+
+	d, err := replay.Discard(ctx, dlq, envelope.Filter{Keywords: []string{"pattern"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("discarded %d; %d held by a running replay (run again after it)\n", d.Discarded, d.Busy)
+}

@@ -136,8 +136,9 @@ func TestHasIDCondition(t *testing.T) {
 }
 
 // TestHeldInFlight: an update whose earlier claim was in flight, with no
-// try recorded since, is held; one tried since (its runner died after
-// marking it) and inserts (replayed by _id) are not.
+// try recorded since, is held, even by a run that would refuse it; one
+// tried since (its runner died after marking it) and inserts (replayed by
+// _id) are not.
 func TestHeldInFlight(t *testing.T) {
 	r := guardRunner(t, WithOperations(Inserts|Updates))
 	upd := bson.D{{Key: "op", Value: "updateOne"}, {Key: "filter", Value: bson.D{{Key: "_id", Value: 1}}},
@@ -149,6 +150,12 @@ func TestHeldInFlight(t *testing.T) {
 	entries, send := r.prepare(context.Background(), []stored{e, ins}, inFlight)
 	if len(send) != 1 || entries[0].out != outHeld || entries[0].reason != holdInFlight || !entries[1].insert {
 		t.Errorf("outcomes %v, %v; want the update held, the insert sent", entries[0].out, entries[1].out)
+	}
+	// Held too when this run would refuse it (updates not allowed): the
+	// in-flight lease, the only record, goes once it is marked.
+	r2 := guardRunner(t)
+	if entries, _ := r2.prepare(context.Background(), []stored{e}, inFlight); entries[0].out != outHeld {
+		t.Errorf("an in-flight update this run would refuse: outcome %v, want held", entries[0].out)
 	}
 	e.ReplayTriedAt = at.Add(1)
 	if _, send := r.prepare(context.Background(), []stored{e}, inFlight); len(send) != 1 {

@@ -10,8 +10,9 @@ import (
 )
 
 // modelOps are the "op" values of a non-insert model's envelope original
-// ({op, model}, model the canonical Extended JSON of {filter,
-// update|replacement, upsert}, as writeguard builds it).
+// before format 2 ({op, model}, model the canonical Extended JSON of
+// {filter, update|replacement, upsert}); format 2 names the kind in
+// envelope.Envelope.Kind and keeps every option (envelope.ModelDocument).
 var modelOps = map[string]bool{"updateOne": true, "updateMany": true, "replaceOne": true, "deleteOne": true, "deleteMany": true}
 
 // buildModel returns the write model replaying env: for a format-2

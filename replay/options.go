@@ -202,8 +202,9 @@ func WithWorkers(n int) Option {
 // releasing them (a crash, a lost connection) blocks them for this long;
 // a runner that takes longer than this over one batch may see another
 // runner take its envelopes (the insert of an original then meets its
-// own _id and is counted replayed once more: see the package
-// documentation). The runners' clocks must agree to well within it.
+// own _id and is recognised; an update, replace or delete it was sending
+// is held for an operator: see the package documentation). The runners'
+// clocks must agree to well within it.
 func WithLease(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d < MinLease {

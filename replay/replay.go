@@ -44,10 +44,11 @@ type Counts struct {
 	// without an _id condition (WithMultiDocument). Left pending with
 	// the reason recorded (replay_reason).
 	Refused int64
-	// Held were not sent: updates, replaces and deletes whose replay was
-	// in flight when an earlier runner died, so that whether the target
-	// applied them is unknown. Left pending with replay_hold set, for an
-	// operator (see WithIncludeHeld).
+	// Held are updates, replaces and deletes whose replay was in flight
+	// when an earlier runner died (not sent again), or whose write failed
+	// in a way that does not say whether it was applied: whether the
+	// target applied them is unknown. Left pending with replay_hold set,
+	// for an operator (see WithIncludeHeld).
 	Held int64
 	// Quarantined counts, among StillInvalid, Conflicts and Failed, the
 	// envelopes this run made (or left) quarantined: their failed
@@ -550,10 +551,14 @@ const (
 var outcomeNames = [...]string{"pending", "replayed", "replayed_by_duplicate", "still_invalid", "dead_lettered_by_target",
 	"duplicate", "conflict", "failed", "skipped", "refused", "held"}
 
-// holdInFlight is the hold reason (envelope.FieldReplayHold) of an
-// update, replace or delete whose replay was in flight when its runner
-// died.
-const holdInFlight = "in_flight_when_runner_died"
+// The hold reasons (envelope.FieldReplayHold) of an update, replace or
+// delete whose replay may or may not have been applied: in flight when
+// its runner died, or failed in a way that does not say (a lost reply, a
+// timeout after sending: policy.Failure.Ambiguous).
+const (
+	holdInFlight = "in_flight_when_runner_died"
+	holdUnknown  = "write_outcome_unknown"
+)
 
 func (o outcome) String() string { return outcomeNames[o] }
 
@@ -572,6 +577,10 @@ type entry struct {
 	// docErr is set when the failure is the server's answer for this
 	// document or model (a write error), not for the whole command.
 	docErr bool
+	// ambiguous is set when the write may have been applied although it
+	// failed (policy.Failure.Ambiguous: a lost reply, a timeout or an
+	// interruption after sending, a write concern error).
+	ambiguous bool
 	// failed is set when the outcome is a failed replay of the envelope
 	// (counted in replay_failures); quarantine when that count reaches
 	// the limit.
@@ -590,6 +599,19 @@ func (r *runner) prepare(ctx context.Context, envs []stored, inFlight map[string
 			e.out, e.reason = outSkipped, envs[i].decodeErr
 			continue
 		}
+		// A write sent by a runner that died before marking it: applied
+		// or not, nobody knows, unless a try was recorded since (the
+		// runner died after marking, before releasing its lease). Held
+		// whatever this run would do with it (skip it, refuse it), as
+		// the in-flight lease, the only record of it, goes once the
+		// envelope is marked. An insert (an original with an _id) needs
+		// no hold: its _id makes a second write a duplicate key.
+		if at, ok := inFlight[leaseKey(envs[i].ID)]; ok && envs[i].ReplayTriedAt.Before(at) {
+			if _, err := envs[i].Original.LookupErr("_id"); err != nil {
+				e.out, e.reason = outHeld, holdInFlight
+				continue
+			}
+		}
 		env := &envs[i].Envelope
 		if len(env.Withheld) > 0 && r.cfg.withheld != nil {
 			supplied, reason := supplyWithheld(ctx, r.cfg.withheld, env)
@@ -607,13 +629,6 @@ func (r *runner) prepare(ctx context.Context, envs []stored, inFlight map[string
 		}
 		if why := r.guard(envs[i].Namespace, m); why != "" {
 			e.out, e.reason = outRefused, why
-			continue
-		}
-		// A write sent by a runner that died before marking it: applied
-		// or not, nobody knows, unless a try was recorded since (the
-		// runner died after marking, before releasing its lease).
-		if at, ok := inFlight[leaseKey(envs[i].ID)]; ok && !insert && envs[i].ReplayTriedAt.Before(at) {
-			e.out, e.reason = outHeld, holdInFlight
 			continue
 		}
 		e.model, e.insert = m, insert
@@ -651,18 +666,33 @@ func (r *runner) batch(ctx context.Context, cl claimed, st *batchState) error {
 	}
 	failed, docErrs := 0, 0
 	for _, e := range send {
-		if e.out == outFailed {
-			failed++
-			if e.docErr {
-				docErrs++
-			}
+		if e.out != outFailed {
+			continue
+		}
+		failed++
+		if e.docErr {
+			docErrs++
+		}
+		// An update, replace or delete that may have been applied is
+		// not run again by the next run: held, as after a death.
+		if !e.insert && e.ambiguous {
+			e.out = outHeld
+			e.reason = holdUnknown
 		}
 	}
 	// Every write of the batch failed, none with an error of its own:
 	// the target is unreachable, say. Stop.
 	targetDown := len(send) > 0 && failed == len(send) && docErrs == 0
 	r.judge(entries)
-	if err := r.mark(ctx, entries); err != nil {
+	// Record what was sent even when ctx ended meanwhile (Ctrl-C): the
+	// writes are done, their outcomes known; for up to 10 s.
+	mctx := ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		mctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+	}
+	if err := r.mark(mctx, entries); err != nil {
 		return err
 	}
 	st.marked = true
@@ -813,9 +843,10 @@ func (r *runner) recordDone(ctx context.Context, entries []*entry, now time.Time
 
 // writeMarks sends the outcome updates, one updateMany per distinct
 // update (see markUpdate). The write is sent again on a retryable error
-// (see retryable): attempts then counts the rejections "at least", as
-// the sink's does; replay_failures is set, not incremented, so it stays
-// exact.
+// (see retryable); each statement selects only the envelopes whose
+// replay_tried_at is not yet this mark's time, so a statement applied by
+// an earlier try is not applied again and attempts (incremented) stays
+// exact, as does replay_failures (set).
 func (r *runner) writeMarks(ctx context.Context, now time.Time, entries []*entry) error {
 	type group struct {
 		update bson.D
@@ -843,7 +874,8 @@ func (r *runner) writeMarks(ctx context.Context, now time.Time, entries []*entry
 	models := make([]mongo.WriteModel, 0, len(order))
 	for _, k := range order {
 		g := groups[k]
-		filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: g.ids}}}}
+		filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: g.ids}}},
+			{Key: "replay_tried_at", Value: bson.D{{Key: "$ne", Value: now}}}}
 		if g.guard {
 			filter = append(filter, bson.E{Key: "status", Value: bson.D{{Key: "$ne", Value: envelope.StatusDiscarded}}})
 		}
@@ -879,9 +911,15 @@ func (r *runner) markUpdate(e *entry, now time.Time) bson.D {
 		set = append(set, bson.E{Key: envelope.FieldReplayHold, Value: e.reason})
 	}
 	reason := e.out.String()
-	if e.code != 0 {
+	switch {
+	case e.out == outHeld:
+		reason += ": " + e.reason
+		if e.code != 0 {
+			reason += fmt.Sprintf(" (%d %s)", e.code, e.codeName)
+		}
+	case e.code != 0:
 		reason += fmt.Sprintf(": %d %s", e.code, e.codeName)
-	} else if e.out != outInvalid && e.out != outInvalidByTarget && e.out != outConflict && e.out != outFailed {
+	case e.out != outInvalid && e.out != outInvalidByTarget && e.out != outConflict && e.out != outFailed:
 		reason += ": " + e.reason
 	}
 	if e.failed {

@@ -208,13 +208,8 @@ func TestDemoFull(t *testing.T) {
 	}
 	t.Logf("full demo: wall %.2fs (elapsed_seconds %.2f, writes %.2fs), attempts %d, amplification %.4f, faults %v",
 		wall.Seconds(), r.ElapsedSeconds, r.WriteSeconds, r.Attempts, r.Amplification, r.Faults)
-	limit := 60 * time.Second
-	if raceEnabled {
-		limit = 5 * time.Minute // the race detector slows FerretDB's JSON decoding several times
-	}
-	if wall > limit {
-		t.Errorf("full demo took %v, want < %v", wall, limit)
-	}
+	// Speed is measured by the benchmarks in bench/ (BenchmarkEndToEnd),
+	// never asserted here: a loaded machine is not a slow demo.
 }
 
 func TestDemoTable(t *testing.T) {
@@ -619,7 +614,7 @@ func TestRealMongoDB(t *testing.T) {
 		t.Errorf("stats: %v", st)
 	}
 	// The real validator still rejects them: replay leaves them pending.
-	dlqJSON(t, exitCheck, "replay", "--uri", uri, "--db", db, "--keyword", "pattern")
+	dlqJSON(t, exitCheck, "replay", "--uri", uri, "--db", db, "--keyword", "pattern", "--into", db+"."+demo.DefaultCollection)
 }
 
 func TestAgeFlag(t *testing.T) {

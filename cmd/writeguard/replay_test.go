@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -94,5 +95,56 @@ func TestReplayWorkers(t *testing.T) {
 	after, distinct := countTarget(t, dir)
 	if after != before+e.invalidDistinct || distinct != after {
 		t.Errorf("target %d documents (%d distinct) after the replay, want %d (demo: %d written)", after, distinct, before+e.invalidDistinct, r.Written)
+	}
+}
+
+// "dlq replay --quarantine-after 1" with a validator that still rejects
+// most envelopes quarantines those: the replay counts them and says so
+// (exit 3), "dlq stats" and "dlq list --status quarantined" show them, a
+// later replay skips them, and "--include-quarantined" retries them.
+func TestReplayQuarantine(t *testing.T) {
+	const limit = 1000
+	e := expect(t, limit)
+	dir := t.TempDir()
+	demoJSON(t, "--limit", strconv.Itoa(limit), "--data-dir", dir)
+	widened := filepath.Join("testdata", "widened_validator.json")
+	stillInvalid := e.invalidDistinct - e.patternOnlyDistinct
+	code, out, errOut := runCmd(t, context.Background(), "dlq", "replay", "--data-dir", dir, "--validator", widened, "--quarantine-after", "1", "--json")
+	var rep struct {
+		Namespaces []struct{ Replayed, StillInvalid, Quarantined int }
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Namespaces) != 1 {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	ns := rep.Namespaces[0]
+	if code != exitCheck || ns.StillInvalid != stillInvalid || ns.Quarantined != stillInvalid ||
+		!strings.Contains(errOut, strconv.Itoa(stillInvalid)+" envelopes quarantined after 1 failed replays") {
+		t.Errorf("exit %d, %+v, stderr %q; want 3 and %d quarantined", code, ns, errOut, stillInvalid)
+	}
+	st := dlqJSON(t, 0, "stats", "--data-dir", dir)
+	if num(st["quarantined"]) != stillInvalid || num(st["pending"]) != 0 || num(st["by_status"].(map[string]any)["quarantined"]) != stillInvalid {
+		t.Errorf("stats %v; want %d quarantined", st, stillInvalid)
+	}
+	code, out, _ = runCmd(t, context.Background(), "dlq", "list", "--data-dir", dir, "--status", "quarantined", "--limit", "0", "--json")
+	var items []struct {
+		Status         string `json:"status"`
+		ReplayFailures int    `json:"replay_failures"`
+		ReplayReason   string `json:"replay_reason"`
+	}
+	if err := json.Unmarshal([]byte(out), &items); code != 0 || err != nil || len(items) != stillInvalid {
+		t.Fatalf("list --status quarantined: exit %d, %v, %d items", code, err, len(items))
+	}
+	if it := items[0]; it.Status != "quarantined" || it.ReplayFailures != 1 || !strings.HasPrefix(it.ReplayReason, "quarantined after 1 failed replays") {
+		t.Errorf("list item %+v", it)
+	}
+	// Skipped from now on ...
+	again := dlqJSON(t, 0, "replay", "--data-dir", dir, "--no-validator")
+	if len(again["namespaces"].([]any)) != 0 {
+		t.Errorf("a later replay: %v; want nothing to replay", again)
+	}
+	// ... until retried deliberately.
+	rep2 := dlqJSON(t, 0, "replay", "--data-dir", dir, "--no-validator", "--include-quarantined")
+	if ns := rep2["namespaces"].([]any); len(ns) != 1 || num(ns[0].(map[string]any)["Replayed"]) != stillInvalid {
+		t.Errorf("--include-quarantined: %v", rep2)
 	}
 }

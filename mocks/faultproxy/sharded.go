@@ -32,12 +32,14 @@ type Sharding struct {
 }
 
 // DefaultShards are the shard names of WithSharded when Sharding.Shards is
-// empty.
+// empty (read-only: WithSharded copies them when it is applied).
 var DefaultShards = []string{"shard01", "shard02"}
 
 // WithSharded presents the proxy as a mongos routing to the virtual shards
 // of s, all of them stored in the one upstream server (or the null
-// backend). Nothing else may be combined with WithReplicaSet.
+// backend). It excludes WithReplicaSet: New returns an error for both. With
+// the null backend only hello changes (msg "isdbgrid") and writes are
+// split; retryable writes are not recorded (nothing is stored).
 //
 // Handshake: hello and isMaster say what a mongos says (msg "isdbgrid", no
 // setName, hosts or primary; topologyVersion and
@@ -281,7 +283,6 @@ type shardWCE struct {
 // mongosReply accumulates the child batches' replies (buildClientResponse).
 type mongosReply struct {
 	n, nModified int
-	hasModified  bool
 	upserted     bson.A
 	writeErrors  bson.A
 	wces         []shardWCE
@@ -315,7 +316,6 @@ func (m *mongosReply) add(reply bson.D, b childBatch, shard string) (hadErrors b
 	if v, ok := field(reply, "nModified"); ok {
 		n, _ := asInt(v)
 		m.nModified += n
-		m.hasModified = true
 	}
 	for _, key := range []string{"upserted", "writeErrors"} {
 		v, ok := field(reply, key)

@@ -651,3 +651,51 @@ func TestDLReplayCommandRefusesForgedEnvelopes(t *testing.T) {
 		t.Errorf("%d envelopes pending, want the 3 refused", n)
 	}
 }
+
+// TestDLDiscardCommandAgreesWithReplay: "writeguard dlq discard --all"
+// while a replay holds one of two envelopes (its write under way):
+// the command discards the other, says it left one a running replay
+// holds, and exits 1; the replay then writes its envelope, which ends
+// replayed, not "discarded" with its document written anyway.
+func TestDLDiscardCommandAgreesWithReplay(t *testing.T) {
+	b := newDLBed(t, nil)
+	var envs []envelope.Envelope
+	for i, id := range []string{"w-1", "w-2"} {
+		orig, _ := bson.Marshal(dlDoc("_id", id, "qty", int32(1)))
+		envs = append(envs, envelope.Envelope{Original: orig, Code: 121, Namespace: b.ns(), Operation: "insertMany", BatchIndex: i})
+	}
+	if err := b.sink.Put(b.ctx, envs); err != nil {
+		t.Fatal(err)
+	}
+	inWrite, release := make(chan struct{}), make(chan struct{})
+	target := &dlBlockingTarget{Collection: b.replayTarget(), in: inWrite, release: release}
+	var res replay.Result
+	var rerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, rerr = replay.Run(b.ctx, b.dlq, target, replay.WithBatchSize(1))
+	}()
+	<-inWrite
+	cmd := exec.Command(dlCommandBinary(t), "dlq", "discard", "--all", "--uri", dlServer.URI(), "--db", b.dbName, "--dlq", dlDLQ)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	close(release)
+	<-done
+	t.Logf("dlq discard: %v\nstdout: %sstderr: %s", err, stdout.String(), stderr.String())
+	if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(stdout.String(), "discarded 1 envelope;") ||
+		!strings.Contains(stderr.String(), "1 envelope not discarded: a running replay holds them") {
+		t.Errorf("dlq discard during a replay: exit %d; want 1, one discarded, one left to the replay", cmd.ProcessState.ExitCode())
+	}
+	if rerr != nil || res.Replayed != 1 {
+		t.Errorf("replay: %+v, %v; want the envelope it held replayed", res.Counts, rerr)
+	}
+	got := b.stored(bson.D{})
+	if len(got) != 2 || got[0].Status != envelope.StatusReplayed || got[1].Status != envelope.StatusDiscarded {
+		t.Errorf("envelopes %+v; want w-1 replayed (the replay held it), w-2 discarded", got)
+	}
+	if n := b.count(dlTarget, bson.D{}); n != 1 {
+		t.Errorf("target holds %d documents, want 1 (w-1)", n)
+	}
+}

@@ -3,7 +3,9 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
+	"github.com/writeguard/writeguard/policy"
 	"github.com/writeguard/writeguard/replay"
 )
 
@@ -251,4 +254,101 @@ func mustRaw(t *testing.T, v any) bson.Raw {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// c58ErrInfo is the errInfo of C58 (the shape of the server unit test
+// EncryptWithSubtypeFailsBecauseNotEncrypted, corpus entry
+// encrypt-bsontype-string-not-encrypted, with the property named ssn).
+func c58ErrInfo(id any) bson.D {
+	return bson.D{{Key: "failingDocumentId", Value: id}, {Key: "details", Value: bson.D{
+		{Key: "operatorName", Value: "$jsonSchema"},
+		{Key: "schemaRulesNotSatisfied", Value: bson.A{bson.D{
+			{Key: "operatorName", Value: "properties"},
+			{Key: "propertiesNotSatisfied", Value: bson.A{bson.D{
+				{Key: "propertyName", Value: "ssn"},
+				{Key: "details", Value: bson.A{bson.D{{Key: "operatorName", Value: "encrypt"}, {Key: "reason", Value: "value was not encrypted"}}}},
+			}}},
+		}}},
+	}}}
+}
+
+// TestC58SecretNeverStored: InsertOne {_id: 7, ssn: "123-45-6789"}
+// refused because ssn must be encrypted is dead-lettered without the
+// plaintext, in the DLQ and in the fallback file; a replay skips it until
+// the caller supplies the field, then writes the supplied document.
+func TestC58SecretNeverStored(t *testing.T) {
+	const ssn = "123-45-6789"
+	b := newDLBed(t, nil)
+	reject := faultproxy.RejectDocuments(faultproxy.DocumentID(int32(7)),
+		faultproxy.WriteError{Code: 121, Message: "Document failed validation", ErrInfo: c58ErrInfo(int32(7))})
+	b.proxy.SetScript(faultproxy.MustScript(faultproxy.On("insert").In(b.ns()).Always().Do(reject)))
+	fallback := filepath.Join(t.TempDir(), "fallback.jsonl")
+	fs, err := envelope.NewFileSink(fallback)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	doc := bson.D{{Key: "_id", Value: int32(7)}, {Key: "name", Value: "Ann"}, {Key: "ssn", Value: ssn}}
+	_, err = b.guard().InsertOne(b.ctx, doc)
+	if rep, ok := err.(*writeguard.Report); !ok || rep.Outcomes[0].Disposition != writeguard.DeadLettered {
+		t.Fatalf("%v, want dead_lettered", err)
+	}
+	cur, err := b.dlq.Find(b.ctx, bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raws []bson.Raw
+	if err := cur.All(b.ctx, &raws); err != nil {
+		t.Fatal(err)
+	}
+	if len(raws) != 1 || bytes.Contains(raws[0], []byte(ssn)) {
+		t.Fatalf("DLQ holds %d envelopes; plaintext stored: %v", len(raws), len(raws) == 1 && bytes.Contains(raws[0], []byte(ssn)))
+	}
+	env, err := envelope.Decode(raws[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(env.Withheld) != 1 || env.Withheld[0].Path != "ssn" || env.FingerprintScheme != envelope.SchemeStored {
+		t.Errorf("withheld %+v, scheme %q", env.Withheld, env.FingerprintScheme)
+	}
+
+	// The fallback file gets the same protection.
+	plain := envelope.New(envelope.Capture{Document: mustRaw(t, doc), Namespace: b.ns(), Operation: "insertOne",
+		Failure: &policy.Failure{Code: 121, Message: "Document failed validation", ErrInfo: mustRaw(t, c58ErrInfo(int32(7)))}})
+	if err := fs.Put(b.ctx, []envelope.Envelope{plain}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(fallback)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(data, []byte(ssn)) {
+		t.Error("the fallback file holds the plaintext")
+	}
+
+	// Replay: skipped without the value, written with it.
+	b.proxy.SetScript(nil)
+	target, _ := monitoredTarget(t, b)
+	res, err := replayRun(b, target)
+	if err != nil || res.Skipped != 1 || res.Replayed != 0 || len(res.Problems) != 1 || !strings.Contains(res.Problems[0].Reason, "ssn (encrypt)") {
+		t.Fatalf("replay without the value: %+v %+v (%v)", res.Counts, res.Problems, err)
+	}
+	encrypted := bson.Binary{Subtype: 6, Data: []byte("ciphertext")}
+	res, err = replayRun(b, target, replay.WithRunID("with-value"), replay.WithWithheldValues(func(_ context.Context, e envelope.Envelope) (bson.Raw, error) {
+		var d bson.D
+		if err := bson.Unmarshal(e.Original, &d); err != nil {
+			return nil, err
+		}
+		return bson.Marshal(append(d, bson.E{Key: "ssn", Value: encrypted}))
+	}))
+	if err != nil || res.Replayed != 1 {
+		t.Fatalf("replay with the value: %+v (%v)", res.Counts, err)
+	}
+	var stored bson.Raw
+	if err := b.ddb.Collection(dlTarget).FindOne(b.ctx, bson.D{{Key: "_id", Value: int32(7)}}).Decode(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if _, data, ok := stored.Lookup("ssn").BinaryOK(); !ok || string(data) != "ciphertext" || stored.Lookup("name").StringValue() != "Ann" {
+		t.Errorf("target holds %s", stored)
+	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/replay"
 )
 
@@ -209,6 +210,68 @@ func TestDLReplayHoldsInFlightUpdate(t *testing.T) {
 	}
 	if envs := b.stored(bson.D{}); envs[0].Status != envelope.StatusReplayed || envs[0].ReplayHold != "" || envs[0].ReplayReason != "" {
 		t.Errorf("the held envelope after WithIncludeHeld: %+v", envs[0])
+	}
+}
+
+// TestDLReplayHoldsAmbiguousUpdate: the connection closes after an
+// updateOne ($inc) was forwarded and applied, before its reply: the
+// replay cannot tell whether it was applied, so it holds the envelope
+// (write_outcome_unknown) rather than leave it pending for the next run
+// to apply again; a later run leaves it alone, and the counter stays
+// incremented once.
+func TestDLReplayHoldsAmbiguousUpdate(t *testing.T) {
+	b := newDLBed(t, nil)
+	if _, err := b.ddb.Collection(dlTarget).InsertOne(b.ctx, dlDoc("_id", "counter", "n", int32(0))); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.sink.Put(b.ctx, []envelope.Envelope{dlModelEnvelope(t, b.ns(), "updateOne",
+		dlDoc("filter", dlDoc("_id", "counter"), "update", dlDoc("$inc", dlDoc("n", int32(1))), "upsert", false), 0)}); err != nil {
+		t.Fatal(err)
+	}
+	b.proxy.SetScript(faultproxy.MustScript(faultproxy.On("update").In(b.ns()).Do(faultproxy.CloseAfterForward())))
+	ops := replay.WithOperations(replay.Inserts | replay.Updates)
+	res, err := replayRun(b, b.replayTarget(), ops)
+	t.Logf("first run: %+v, %v; problems %+v", res.Counts, err, res.Problems)
+	if res.Held != 1 || res.Failed != 0 || res.Replayed != 0 {
+		t.Errorf("first run: %+v; want the update held", res.Counts)
+	}
+	envs := b.stored(bson.D{})
+	if len(envs) != 1 || envs[0].Status != envelope.StatusPending || envs[0].ReplayHold != "write_outcome_unknown" ||
+		!strings.HasPrefix(envs[0].ReplayReason, "held: write_outcome_unknown") || envs[0].ReplayFailures != 0 {
+		t.Errorf("envelope %+v", envs)
+	}
+	b.proxy.SetScript(nil)
+	if res, err := replayRun(b, b.replayTarget(), ops); err != nil || res.Scanned != 0 {
+		t.Errorf("a later run: %+v, %v; want the held envelope left alone", res.Counts, err)
+	}
+	var counter struct{ N int32 }
+	if err := b.ddb.Collection(dlTarget).FindOne(b.ctx, bson.D{{Key: "_id", Value: "counter"}}).Decode(&counter); err != nil || counter.N != 1 {
+		t.Errorf("counter n = %d (%v), want 1", counter.N, err)
+	}
+}
+
+// TestDLReplayMarkRetryCountsOnce: the connection to the DLQ closes
+// after the replay's marks were applied, before their reply; the replay
+// sends them again, and each envelope rejected again still counts one
+// attempt and one failed replay, not two.
+func TestDLReplayMarkRetryCountsOnce(t *testing.T) {
+	b := newDLBed(t, dlSchema)
+	dlBacklog(t, b)
+	b.proxy.SetScript(faultproxy.MustScript(
+		faultproxy.Validator(b.ns(), dlSchema),
+		faultproxy.On("update").In(b.dbName+"."+dlDLQ).Do(faultproxy.CloseAfterForward())))
+	dlq := b.adb.Collection(dlDLQ) // through the proxy
+	res, err := replay.Run(b.ctx, dlq, b.replayTarget(), replay.WithLeaseCollection(b.ddb.Collection(dlDLQ+replay.LeaseCollectionSuffix)))
+	if err != nil || res.StillInvalid != 5 {
+		t.Fatalf("%+v, %v", res.Counts, err)
+	}
+	if st := b.proxy.Stats(); st.Faults[faultproxy.FaultCloseAfterForward] != 1 {
+		t.Fatalf("faults %v: the marks' connection was not cut", st.Faults)
+	}
+	for _, e := range b.stored(bson.D{}) {
+		if e.Attempts != 2 || e.ReplayFailures != 1 {
+			t.Errorf("envelope %v: attempts %d, replay_failures %d; want 2 and 1 (one try)", e.DocumentID, e.Attempts, e.ReplayFailures)
+		}
 	}
 }
 

@@ -237,7 +237,7 @@ func TestDLRealCaptureAndReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err = replay.Run(ctx, dlq, target)
+	res, err = replay.Run(ctx, dlq, target, replay.WithOperations(replay.Inserts|replay.Updates))
 	if err != nil || res.Replayed != 3 {
 		t.Fatalf("replay: %+v, %v", res, err)
 	}
