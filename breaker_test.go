@@ -187,3 +187,48 @@ func TestDeadLetterBreakerConfig(t *testing.T) {
 		t.Errorf("zero BreakerConfig (defaults): %v", err)
 	}
 }
+
+// TestDeadLetterBreakerConcurrent: calls from many goroutines share one
+// breaker (run with -race); every document ends stored or in the sink,
+// and once the flood is on, calls that dead-letter are loud.
+func TestDeadLetterBreakerConcurrent(t *testing.T) {
+	fake := mocks.NewFake("db.concurrent").Validator(func(doc bson.Raw) (bson.Raw, bool) {
+		_, err := doc.LookupErr("bad")
+		return nil, err == nil
+	})
+	fx := newFixture(t, fake, writeguard.WithDeadLetterBreaker(writeguard.BreakerConfig{Threshold: 0.5, MinDocuments: 50}))
+	const workers, calls, size = 8, 20, 10
+	var loud, handled atomic.Int64
+	done := make(chan struct{})
+	for w := range workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for c := range calls {
+				docs := orderBatch((w*calls+c)*size, size)
+				for i := range docs {
+					docs[i] = append(docs[i], bson.E{Key: "bad", Value: true}) // all rejected
+				}
+				_, err := fx.g.InsertMany(context.Background(), docs)
+				if !errors.Is(err, writeguard.ErrDeadLettered) {
+					t.Errorf("err = %v, want dead-lettered", err)
+				}
+				if writeguard.Handled(err) {
+					handled.Add(1)
+				} else if errors.Is(err, writeguard.ErrDeadLetterFlood) {
+					loud.Add(1)
+				}
+			}
+		}()
+	}
+	for range workers {
+		<-done
+	}
+	// The first 4 calls (40 documents) are under MinDocuments; from the
+	// fifth on, the share is 100 %.
+	if handled.Load() != 4 || loud.Load() != workers*calls-4 {
+		t.Errorf("%d handled and %d loud calls, want 4 and %d", handled.Load(), loud.Load(), workers*calls-4)
+	}
+	if got := len(fx.sink.Envelopes()); got != workers*calls*size {
+		t.Errorf("%d envelopes, want %d: nothing lost", got, workers*calls*size)
+	}
+}

@@ -26,7 +26,10 @@
 // Otherwise it returns a *Report: errors.Is tells which dispositions
 // occurred (ErrDeadLettered, ErrConflict, ...), errors.As still reaches the
 // driver's error, and Handled tells whether anything is left for the
-// caller to do. Inside a transaction writeguard makes one attempt and
+// caller to do — false also for a call that dead-letters while the
+// dead-letter flood breaker (WithDeadLetterBreaker, off by default) is
+// open: its documents are parked, but the share of dead letters says
+// something upstream broke. Inside a transaction writeguard makes one attempt and
 // returns the driver's error unchanged, so the transaction can be retried
 // as a whole.
 //

@@ -185,9 +185,10 @@ func WithHooks(h hooks.Hooks) Option {
 }
 
 // WithLogger sets the logger for what must not pass silently: unknown
-// error codes (Warn, at most once a minute per code) and an exhausted
-// retry budget (Warn, at most once a minute). Default, and nil: no
-// logging.
+// error codes (Warn, at most once a minute per code), an exhausted
+// retry budget (Warn, at most once a minute) and the dead-letter flood
+// breaker opening (Warn) and closing (Info; WithDeadLetterBreaker).
+// Default, and nil: no logging.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(cfg *config) { cfg.logger = l })
 }

@@ -106,6 +106,13 @@ func startTelemetry(ctx context.Context, tf *telemetryFlags, service string, std
 	res := resource.NewSchemaless(attribute.String("service.name", service))
 	var tpOpts []sdktrace.TracerProviderOption
 	var mpOpts []sdkmetric.Option
+	// undo shuts down the exporters made so far when a later one fails.
+	var undo []func(context.Context) error
+	cleanup := func() {
+		for _, f := range undo {
+			_ = f(context.WithoutCancel(ctx))
+		}
+	}
 
 	if tf.otlpOn() {
 		var topts []otlptracehttp.Option
@@ -121,16 +128,20 @@ func startTelemetry(ctx context.Context, tf *telemetryFlags, service string, std
 		}
 		mexp, err := otlpmetrichttp.New(ctx, mopts...)
 		if err != nil {
+			_ = texp.Shutdown(ctx)
 			return nil, fmt.Errorf("otlp metrics: %w", err)
 		}
+		undo = append(undo, texp.Shutdown, mexp.Shutdown)
 		tpOpts = append(tpOpts, sdktrace.WithBatcher(texp))
 		mpOpts = append(mpOpts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp)))
 	}
 	if tf.trace != "" {
 		fe, err := newOTLPFileExporter(ctx, tf.trace)
 		if err != nil {
+			cleanup()
 			return nil, fmt.Errorf("trace: %w", err)
 		}
+		undo = append(undo, fe.Shutdown)
 		tpOpts = append(tpOpts, sdktrace.WithSyncer(fe))
 	}
 	if tf.metricsAddr != "" {
@@ -138,11 +149,13 @@ func startTelemetry(ctx context.Context, tf *telemetryFlags, service string, std
 		pexp, err := otelprom.New(otelprom.WithRegisterer(reg),
 			otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
 		if err != nil {
+			cleanup()
 			return nil, fmt.Errorf("prometheus exporter: %w", err)
 		}
 		mpOpts = append(mpOpts, sdkmetric.WithReader(pexp))
 		ln, err := net.Listen("tcp", tf.metricsAddr)
 		if err != nil {
+			cleanup()
 			return nil, fmt.Errorf("-metrics-addr: %w", err)
 		}
 		mux := http.NewServeMux()

@@ -314,3 +314,29 @@ func TestDLQWatch(t *testing.T) {
 		t.Errorf("dlq watch exit %d: %s", code, werr.String())
 	}
 }
+
+// TestTelemetryFlagErrors: a bad export flag is a usage error (exit 2)
+// naming the flag, found before any connection.
+func TestTelemetryFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"demo", "--metrics-addr", "9464"}, "-metrics-addr"},
+		{[]string{"demo", "--otlp-endpoint", "ftp://collector:4318"}, "-otlp-endpoint"},
+		{[]string{"demo", "--linger", "-1s"}, "-linger"},
+		{[]string{"dlq", "stats", "--data-dir", "DIR", "--metrics-addr", "localhost"}, "-metrics-addr"},
+		{[]string{"dlq", "watch"}, "nothing to serve"},
+		{[]string{"dlq", "watch", "--metrics-addr", "127.0.0.1:0", "--interval", "10ms"}, "-interval"},
+	} {
+		for i, a := range tc.args {
+			if a == "DIR" {
+				tc.args[i] = t.TempDir()
+			}
+		}
+		code, _, errOut := runCmd(t, context.Background(), tc.args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 naming %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
