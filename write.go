@@ -85,7 +85,7 @@ func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.L
 		tx: func(ctx context.Context) (*mongo.InsertOneResult, error) {
 			return g.target.InsertOne(ctx, document, opts...)
 		},
-		inputs:  func() (int, bool, error) { return 1, true, nil },
+		inputs: func() (int, bool, error) { return 1, true, nil },
 		prepare: func(_ context.Context, c *engine.Call) error {
 			c.SetCallOptions(envelope.InsertOneCallOptions(opts...))
 			c.PrepareDocs([]any{document})
