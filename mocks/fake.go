@@ -26,8 +26,9 @@ import (
 // code under test sees exactly the types, codes, labels and errInfo it
 // would see in production.
 //
-// A script of Faults, consumed one per write call (InsertOne, InsertMany,
-// BulkWrite), injects failures: a scripted reply, a lost reply after the
+// A script of Faults, consumed one per write call (every write method:
+// InsertOne, InsertMany, BulkWrite, UpdateOne, ..., FindOneAndDelete),
+// injects failures: a scripted reply, a lost reply after the
 // write was applied, a dropped connection, a write concern error,
 // per-document errors. Calls past the end of the script behave normally.
 //
@@ -637,15 +638,6 @@ func (f *Fake) Find(ctx context.Context, filter any, _ ...options.Lister[options
 	}
 	f.mu.Unlock()
 	return mongo.NewCursorFromDocuments(out, nil, nil)
-}
-
-// ReplaceOne implements writeguard.Target.
-func (f *Fake) ReplaceOne(ctx context.Context, filter any, replacement any, _ ...options.Lister[options.ReplaceOptions]) (*mongo.UpdateResult, error) {
-	res, err := f.BulkWrite(ctx, []mongo.WriteModel{mongo.NewReplaceOneModel().SetFilter(filter).SetReplacement(replacement)})
-	if res == nil {
-		return nil, err
-	}
-	return &mongo.UpdateResult{MatchedCount: res.MatchedCount, ModifiedCount: res.ModifiedCount, Acknowledged: true}, err
 }
 
 // sameKey compares two values of a unique index's field as the server's

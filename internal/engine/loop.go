@@ -29,6 +29,7 @@ type Call struct {
 	parked   []*item // invalid items waiting for the dead-letter sink
 	window   int     // ordered: documents per attempt (0: all pending)
 	stopAt   int     // ordered: batch position of the last attempt's first write error, -1 when none
+	ext      callExt // per-model idempotence, one-statement rule, bisection (statement.go, bisect.go)
 }
 
 // todo collects the actions decided for the documents of one attempt that
@@ -61,6 +62,7 @@ func (c *Call) run(ctx context.Context) (any, error) {
 		if c.ordered && c.window > 0 && len(batch) > c.window {
 			batch = batch[:c.window]
 		}
+		batch = c.narrow(batch)
 		if err := ctx.Err(); err != nil {
 			// Nothing more leaves the client: the documents never sent
 			// are not_attempted, whatever stopped them.
@@ -76,6 +78,7 @@ func (c *Call) run(ctx context.Context) (any, error) {
 		if c.ordered {
 			c.window = OrderedWindow(c.window, len(batch), c.stopAt)
 		}
+		c.observe(batch, err)
 		delay = c.scheduleRetry(ctx)
 	}
 	c.flushDeadLetters(ctx)

@@ -33,6 +33,10 @@ func (c *Call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 			whole = f
 		}
 	}
+	if whole != nil && c.oneStatement(batch, whole) {
+		perDoc[0], whole = whole, nil
+	}
+	c.ext.whole, c.ext.wholeN = whole, len(batch)
 	out := make([]verdict, len(batch))
 	if whole != nil {
 		p := whole.Proof()
@@ -116,9 +120,12 @@ func (c *Call) decide(ctx context.Context, it *item, v verdict) Decision {
 	case policy.Unknown:
 		c.e.logUnknown(ctx, v.fail, c.op.Name)
 	}
+	if d, ok := c.bisectDecision(v); ok {
+		return d
+	}
 	return Route(Facts{
 		Class: it.class, WholeCommand: v.fail.Index == policy.WholeCommand, Proof: v.proof,
-		Kind: it.kind, Upsert: it.upsert, Idempotent: c.idempotent,
+		Kind: it.kind, Upsert: it.upsert, Idempotent: c.idempotentItem(it),
 		EverMaybe: it.mayBeApplied(), Unconfirmed: it.ev == unconfirmed,
 		UpsertRuns: it.upsertRuns, MaxUpsertRuns: c.e.cfg.UpsertRetries,
 	})
