@@ -120,7 +120,7 @@ func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 		Hooks: hooks.Compose(cfg.hooks...), Observed: len(cfg.hooks) > 0,
 		Logger: cfg.logger, Clock: cfg.clock,
 		ThrottledAttempts: cfg.throttledAttempts, UpsertRetries: cfg.upsertRetries,
-		AllowUnacked: cfg.allowUnacked, Reader: t, Report: newReport,
+		AllowUnacked: cfg.allowUnacked, Reader: t, Report: reportFor(cfg.noUniqueID),
 	})
 	return g, nil
 }

@@ -38,6 +38,7 @@ type config struct {
 	throttledAttempts int
 	upsertRetries     int
 	allowUnacked      bool
+	noUniqueID        bool // WithoutUniqueID (finish.go)
 	errs              []error
 }
 

@@ -44,6 +44,7 @@ type Fake struct {
 	validator func(doc bson.Raw) (errInfo bson.Raw, reject bool)
 	script    []Fault
 	calls     []Call
+	poison    []poisonDoc
 }
 
 // Call records one write call the Fake received.
@@ -384,7 +385,10 @@ func (f *Fake) exec(ctx context.Context, opName string, ops []op, ordered bool) 
 		return nil, err
 	}
 	f.mu.Lock()
-	ft := f.nextFault()
+	ft, poisoned := f.poisonFault(ops)
+	if !poisoned {
+		ft = f.nextFault()
+	}
 	res, err := f.execLocked(ft, opName, ops, ordered)
 	f.mu.Unlock()
 	if ft.hang {

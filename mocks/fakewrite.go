@@ -187,3 +187,44 @@ func listAll[T any](opts []options.Lister[T], o *T) {
 		}
 	}
 }
+
+type poisonDoc struct {
+	id    bson.RawValue
+	fault Fault
+}
+
+// Poison makes every later write call that carries an insert of the
+// document with _id id fail as ft (a Reply, such as a whole-command
+// {"ok":0,"code":10334,...}, or DropConnection), applying nothing: a
+// poison document, which sinks every command it is in. Such a call does
+// not consume the script. It panics when ft is neither a Reply nor
+// DropConnection, or id cannot be marshalled: a test bug.
+func (f *Fake) Poison(id any, ft Fault) *Fake {
+	if ft.reply == nil && !ft.network || ft.apply {
+		panic("mocks.Poison: the fault must be a Reply or DropConnection")
+	}
+	raw, err := bson.Marshal(bson.D{{Key: "v", Value: id}})
+	if err != nil {
+		panic(fmt.Sprintf("mocks.Poison: %v", err))
+	}
+	ft.name = "poison_" + ft.name
+	f.mu.Lock()
+	f.poison = append(f.poison, poisonDoc{id: bson.Raw(raw).Lookup("v"), fault: ft})
+	f.mu.Unlock()
+	return f
+}
+
+// poisonFault returns the fault of a poison document among ops.
+func (f *Fake) poisonFault(ops []op) (Fault, bool) {
+	for _, p := range f.poison {
+		for _, o := range ops {
+			if o.kind != "insert" {
+				continue
+			}
+			if id, err := o.doc.LookupErr("_id"); err == nil && id.Equal(p.id) {
+				return p.fault, true
+			}
+		}
+	}
+	return Fault{}, false
+}
