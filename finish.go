@@ -29,7 +29,7 @@ func reportFor(noUniqueID bool) func(*engine.Call) error {
 }
 
 // Remaining is the unfinished part of a guarded call, ready to pass to the
-// same method again (Report.Remaining): the inputs that ended unknown,
+// same method again with Context(ctx) (Report.Remaining): the inputs that ended unknown,
 // exhausted or not_attempted and may be sent again without storing a
 // document twice or applying an update twice, and, apart, those that may
 // not, with why.
@@ -46,14 +46,14 @@ type Remaining struct {
 	// Models are the write models to send again (bulkWrite, and the
 	// methods of one write, whose write is one model): pass them to
 	// BulkWrite. An insert model carries its document with the _id
-	// writeguard gave it. Send them with Context's context, which marks
-	// the models the first call marked idempotent.
+	// writeguard gave it.
 	Models []mongo.WriteModel
 	// Left are the inputs that ended unknown, exhausted or not_attempted
 	// but are not sent again, with why.
 	Left []Left
 
 	idempotent []int // positions in Models marked idempotent
+	maybe      []int // positions that an attempt of the first call may have applied
 }
 
 // Left is an input that Remaining leaves out.
@@ -84,13 +84,33 @@ const (
 // Len returns the number of inputs to send again.
 func (rm *Remaining) Len() int { return len(rm.Indexes) }
 
-// Context returns ctx marking, for the next call, the Models that the
-// first call marked idempotent (IdempotentModels with their new indexes).
+// Context returns ctx for the call that finishes the first one: it marks
+// the Models that the first call marked idempotent (IdempotentModels with
+// their new indexes), and the inputs that an attempt of the first call may
+// have applied, so that the new call treats them as its own earlier
+// attempts would: an insert that meets a duplicate key on its own _id is
+// read back (already_written when it is the document sent) instead of
+// going to the conflict handler. Without it finishing is still safe
+// (nothing is stored twice), but such an insert ends as a conflict.
 func (rm *Remaining) Context(ctx context.Context) context.Context {
-	if len(rm.idempotent) == 0 {
-		return ctx
+	if len(rm.idempotent) > 0 {
+		ctx = IdempotentModels(ctx, rm.idempotent...)
 	}
-	return IdempotentModels(ctx, rm.idempotent...)
+	if len(rm.maybe) > 0 {
+		ctx = context.WithValue(ctx, maybeAppliedKey{}, rm.maybe)
+	}
+	return ctx
+}
+
+type maybeAppliedKey struct{}
+
+// marks hands the call's side-channel marks in ctx to the engine:
+// IdempotentModels, and the maybe-applied inputs of Remaining.Context.
+func marks(ctx context.Context, c *engine.Call) {
+	c.SetIdempotentModels(idempotentModels(ctx))
+	if v, ok := ctx.Value(maybeAppliedKey{}).([]int); ok {
+		c.SetMaybeApplied(v)
+	}
 }
 
 // Remaining returns the unfinished part of the call, ready to pass to the
@@ -123,7 +143,9 @@ func (r *Report) Remaining() *Remaining {
 			continue
 		}
 		maybe := o.MaybeWritten || o.Disposition == OutcomeUnknown
-		leave := func(why string) { rm.Left = append(rm.Left, Left{Index: o.Index, Disposition: o.Disposition, Reason: why}) }
+		leave := func(why string) {
+			rm.Left = append(rm.Left, Left{Index: o.Index, Disposition: o.Disposition, Reason: why})
+		}
 		switch {
 		case o.Model == nil && o.Document == nil:
 			leave(ReasonNoInput)
@@ -138,12 +160,18 @@ func (r *Report) Remaining() *Remaining {
 			}
 		}
 		rm.Indexes = append(rm.Indexes, o.Index)
+		if maybe {
+			rm.maybe = append(rm.maybe, len(rm.Indexes)-1)
+		}
 		switch {
 		case o.Model == nil:
 			rm.Documents = append(rm.Documents, o.Document)
 		case isInsert(o.Model):
 			if o.Document == nil {
 				rm.Indexes = rm.Indexes[:len(rm.Indexes)-1]
+				if maybe {
+					rm.maybe = rm.maybe[:len(rm.maybe)-1]
+				}
 				leave(ReasonNoInput)
 				continue
 			}

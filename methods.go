@@ -58,7 +58,6 @@ func one[T any](g *Guarded, ctx context.Context, name, command string, model mon
 		prepare: func(ctx context.Context, c *engine.Call) error {
 			c.SetCommand(command)
 			c.SetIdempotent(idempotent(ctx))
-			c.SetIdempotentModels(idempotentModels(ctx))
 			return c.PrepareModels([]mongo.WriteModel{model})
 		},
 		send: func(ctx context.Context, _ engine.Batch) (any, error) {

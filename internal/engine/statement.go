@@ -70,3 +70,16 @@ func (c *Call) oneStatement(batch []*item, whole *policy.Failure) bool {
 	}
 	return false
 }
+
+// SetMaybeApplied records that an earlier call may have applied the inputs
+// at indexes (writeguard's Report.Remaining, finishing a call): they start
+// with the evidence "maybe applied", as if an earlier attempt of this call
+// had sent them, so that a duplicate key on an insert's own _id is read
+// back. Indexes out of range are ignored.
+func (c *Call) SetMaybeApplied(indexes []int) {
+	for _, i := range indexes {
+		if i >= 0 && i < len(c.items) {
+			c.items[i].ev = max(c.items[i].ev, maybe)
+		}
+	}
+}
