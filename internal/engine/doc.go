@@ -12,14 +12,18 @@
 //
 //	prepare        prepare.go    marshal once, give _id, check 16 MiB; failures: prefailed
 //	routePrefailed loop.go       prefailed -> parked (Invalid with bytes) or done
+//	narrow         bisect.go     which pending documents go: all, an isolated one alone,
+//	                             or one half of a poison suspect set (bisection, C66)
 //	attempt        loop.go       send the pending documents (Send), one hook event each side
 //	verdicts       route.go      per document: its failure and what the reply proved
-//	                             (policy.Extract, Failure.Proof, the policy.ReplyShapes table)
+//	                             (policy.Extract, Failure.Proof, the policy.ReplyShapes table;
+//	                             a command of one statement: statement.go, oneStatement)
 //	decide         route.go      classify (policy.Classifier), then Route: one Decision
 //	apply          loop.go       Settle -> done; Retry -> retrying; ReadBack, DeadLetter,
 //	                             HandleConflict -> collected, then carryOut:
 //	carryOut       loop.go       readBackAll (readback.go), conflicts (conflict.go), park (deadletter.go)
 //	stopOrdered    loop.go       an ordered write ends after its first unhandled document: GiveUp
+//	observe        bisect.go     start, narrow or end a bisection from what the attempt proved
 //	scheduleRetry  retry.go      attempt limit (AttemptLimit), MaxElapsed, retry budget, backoff
 //	                             wait; what may not go again: GiveUp
 //	flush          deadletter.go parked -> one gathered sink Put -> done (side.go retries it)
