@@ -216,7 +216,7 @@ func truthMethods(t *testing.T, b *caseBed, seed int64, workers int) {
 		keys = append(keys, fmt.Sprintf("%s=%d", k, n))
 	}
 	sort.Strings(keys)
-	t.Logf("truth oracle (methods): seed %d, %d writers, %d calls: %s; untrue %d, applied twice %d; faults %v",
+	t.Logf("truth oracle: methods, seed %d, %d writers, %d calls: %s; untrue %d, applied twice %d; faults %v",
 		seed, workers, len(calls), strings.Join(keys, " "), untrue, twice, b.proxy.Stats().Faults)
 }
 
