@@ -178,10 +178,17 @@ func (c *Call) observe(batch []*item, err error) {
 		b.sentHalf = false
 		b.commands++
 		b.left--
-		if whole == nil {
+		switch {
+		case whole == nil:
 			// The half was executed: the poison is among the others.
 			b.suspect = without(liveOf(b.suspect), batch)
-		} else {
+		case !poisonSuspect(whole, c.e.cfg.Classifier.Classify(*whole)).possible:
+			// Nothing reached the server, or it asked to slow down: the
+			// half proved nothing either way; it goes again after the
+			// backoff, and the bisection command is given back.
+			b.commands--
+			b.left++
+		default:
 			b.suspect = liveOf(batch)
 			for _, it := range batch {
 				if it.tries > 0 && Charged(whole) {
