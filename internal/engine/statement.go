@@ -53,7 +53,10 @@ func (c *Call) idempotentItem(it *item) bool { return c.idempotent || c.ext.idem
 // CmdFindAndModify::run and advanceExecutor, which raises the plan
 // executor's failure (a duplicate key, a document that fails validation)
 // with uassertStatusOKWithContext(..., "Plan executor error during
-// findAndModify") instead of a writeErrors entry. An insert, update or
+// findAndModify") instead of a writeErrors entry (read at mongodb/mongo
+// commit 00d0b83b; clients see the command error "Plan executor error
+// during findAndModify :: caused by :: E11000 duplicate key error ...",
+// code 11000). An insert, update or
 // delete command of one statement that the server rejects as a whole for
 // a per-document reason (10334 BSONObjectTooLarge on its one document)
 // has likewise nothing else to blame. Commands of two or more statements
