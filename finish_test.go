@@ -286,3 +286,67 @@ func countOthers(f *mocks.Fake) int {
 	}
 	return n
 }
+
+// Bisection obeys the re-send rules: in an unordered BulkWrite whose
+// poison insert drops the connection, the non-idempotent updates that
+// shared the first command may have been applied, so they end unknown and
+// are never sent again; the good inserts are narrowed out and written.
+func TestC66BisectionKeepsResendRules(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := seeded(t, "db.c66r").Poison("p3", mocks.DropConnection())
+		fx := newFixture(t, fake)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { // another writer: the server is healthy
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+				_, _ = fx.g.InsertOne(ctx, bson.D{{Key: "other", Value: i}})
+			}
+		}()
+		inc := bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}
+		var models []mongo.WriteModel
+		for i := range 8 {
+			models = append(models, mongo.NewInsertOneModel().SetDocument(bson.D{{Key: "_id", Value: fmt.Sprintf("p%d", i)}}))
+		}
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(by1).SetUpdate(inc),
+			mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: 2}}).SetUpdate(inc))
+		_, err := fx.g.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		close(stop)
+		wg.Wait()
+		var r *writeguard.Report
+		if !errors.As(err, &r) {
+			t.Fatalf("err = %v", err)
+		}
+		for i, o := range r.Outcomes {
+			switch {
+			case i == 3:
+				if o.Disposition != writeguard.Exhausted {
+					t.Errorf("poison: %s, want exhausted", o.Disposition)
+				}
+			case i < 8:
+				if o.Disposition != writeguard.Written {
+					t.Errorf("insert %d: %s, want written", i, o.Disposition)
+				}
+			default:
+				if o.Disposition != writeguard.OutcomeUnknown || o.Attempts != 1 {
+					t.Errorf("update %d: %s after %d attempts, want unknown after 1", i, o.Disposition, o.Attempts)
+				}
+			}
+		}
+		updates := 0
+		for _, c := range fake.Calls() {
+			if c.Op == mocks.OpBulkWrite {
+				updates += c.Models - len(c.IDs)
+			}
+		}
+		if updates != 2 {
+			t.Errorf("the updates were sent %d times in all, want 2 (once each)", updates)
+		}
+	})
+}
