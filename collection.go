@@ -15,14 +15,26 @@ import (
 	"github.com/writeguard/writeguard/policy"
 )
 
-// Collection is the write surface writeguard guards: InsertOne, InsertMany
-// and BulkWrite with exactly the signatures of *mongo.Collection (driver
-// v2). *mongo.Collection and *Guarded both satisfy it, so code written
-// against Collection takes either.
+// Collection is the write surface writeguard guards: every write method of
+// *mongo.Collection (driver v2), with exactly its signatures. *mongo.Collection
+// and *Guarded both satisfy it, so code written against Collection takes
+// either. The methods of *mongo.Collection that are not in it are reads
+// (Find, FindOne, Aggregate, CountDocuments, Distinct, Watch, ...) or
+// administration (Indexes, SearchIndexes, Drop, Clone, ...); a Guarded
+// passes them to the driver unchanged (see Guarded).
 type Collection interface {
 	InsertOne(ctx context.Context, document any, opts ...options.Lister[options.InsertOneOptions]) (*mongo.InsertOneResult, error)
 	InsertMany(ctx context.Context, documents any, opts ...options.Lister[options.InsertManyOptions]) (*mongo.InsertManyResult, error)
 	BulkWrite(ctx context.Context, models []mongo.WriteModel, opts ...options.Lister[options.BulkWriteOptions]) (*mongo.BulkWriteResult, error)
+	UpdateOne(ctx context.Context, filter any, update any, opts ...options.Lister[options.UpdateOneOptions]) (*mongo.UpdateResult, error)
+	UpdateByID(ctx context.Context, id any, update any, opts ...options.Lister[options.UpdateOneOptions]) (*mongo.UpdateResult, error)
+	UpdateMany(ctx context.Context, filter any, update any, opts ...options.Lister[options.UpdateManyOptions]) (*mongo.UpdateResult, error)
+	ReplaceOne(ctx context.Context, filter any, replacement any, opts ...options.Lister[options.ReplaceOptions]) (*mongo.UpdateResult, error)
+	DeleteOne(ctx context.Context, filter any, opts ...options.Lister[options.DeleteOneOptions]) (*mongo.DeleteResult, error)
+	DeleteMany(ctx context.Context, filter any, opts ...options.Lister[options.DeleteManyOptions]) (*mongo.DeleteResult, error)
+	FindOneAndUpdate(ctx context.Context, filter any, update any, opts ...options.Lister[options.FindOneAndUpdateOptions]) *mongo.SingleResult
+	FindOneAndReplace(ctx context.Context, filter any, replacement any, opts ...options.Lister[options.FindOneAndReplaceOptions]) *mongo.SingleResult
+	FindOneAndDelete(ctx context.Context, filter any, opts ...options.Lister[options.FindOneAndDeleteOptions]) *mongo.SingleResult
 }
 
 // Target is what a Guarded writes through: a *mongo.Collection, or a test
@@ -32,7 +44,6 @@ type Collection interface {
 type Target interface {
 	Collection
 	Find(ctx context.Context, filter any, opts ...options.Lister[options.FindOptions]) (*mongo.Cursor, error)
-	ReplaceOne(ctx context.Context, filter any, replacement any, opts ...options.Lister[options.ReplaceOptions]) (*mongo.UpdateResult, error)
 	Name() string
 }
 
@@ -75,15 +86,19 @@ var (
 	_ Collection = (*Guarded)(nil)
 )
 
-// Guarded is a collection whose InsertOne, InsertMany and BulkWrite go
-// through writeguard's policy chain: prepare (marshal once, assign _id),
-// attempt, extract failures, classify, route (retry, dead-letter, conflict
-// handler, fail), report.
+// Guarded is a collection whose write methods (every method of
+// Collection: InsertOne, InsertMany, BulkWrite, UpdateOne, UpdateByID,
+// UpdateMany, ReplaceOne, DeleteOne, DeleteMany, FindOneAndUpdate,
+// FindOneAndReplace, FindOneAndDelete) go through writeguard's policy
+// chain: prepare (marshal once, assign _id), attempt, extract failures,
+// classify, route (retry, dead-letter, conflict handler, fail), report.
 //
-// It embeds the *mongo.Collection it wraps, so every other method (Find,
-// UpdateOne, Indexes, ...) is the driver's own and adopting writeguard is a
-// one-line change. A Guarded built with New on another Target embeds nil:
-// only the three guarded methods work then.
+// It embeds the *mongo.Collection it wraps, so every other method is the
+// driver's own, unguarded: the reads (Find, FindOne, Aggregate,
+// CountDocuments, EstimatedDocumentCount, Distinct, Watch) and the
+// administration (Indexes, SearchIndexes, Drop, Clone, Database, Name).
+// Adopting writeguard is a one-line change. A Guarded built with New on
+// another Target embeds nil: only the guarded methods work then.
 //
 // A Guarded is safe for concurrent use; its retry budget is shared by all
 // its calls.
@@ -141,7 +156,7 @@ func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 		Hooks: hooks.Compose(cfg.hooks...), Observed: len(cfg.hooks) > 0,
 		Logger: cfg.logger, Clock: cfg.clock,
 		ThrottledAttempts: cfg.throttledAttempts, UpsertRetries: cfg.upsertRetries,
-		AllowUnacked: cfg.allowUnacked, Reader: engine.PrimaryReads(t), Report: newReport,
+		AllowUnacked: cfg.allowUnacked, Reader: engine.PrimaryReads(t), Report: reportFor(cfg.uniqueID),
 		UniqueID: engine.UniqueID(t, cfg.uniqueID), Limits: engine.LimitsOf(t),
 		Settled: cfg.breaker.settled(g.Namespace(), cfg.logger, cfg.clock), // breaker.go
 	})

@@ -1,7 +1,10 @@
 // Package writeguard makes MongoDB writes survive the real world.
 //
 // Swap a *mongo.Collection (driver v2) for the *Guarded that Wrap returns,
-// and every InsertOne, InsertMany and BulkWrite goes through a fixed chain:
+// and every write method (InsertOne, InsertMany, BulkWrite, UpdateOne,
+// UpdateByID, UpdateMany, ReplaceOne, DeleteOne, DeleteMany,
+// FindOneAndUpdate, FindOneAndReplace, FindOneAndDelete: the Collection
+// interface) goes through a fixed chain:
 //
 //	prepare   marshal each document once; give it an _id if it has none
 //	attempt   call the driver
@@ -32,6 +35,50 @@
 // something upstream broke. Inside a transaction writeguard makes one attempt and
 // returns the driver's error unchanged, so the transaction can be retried
 // as a whole.
+//
+// # Which writes are idempotent
+//
+// A write is idempotent when applying it twice leaves the collection as
+// applying it once does. writeguard cannot read that off a model: it
+// depends on the filter as well as the update. After a failure that may
+// have applied a write (a lost reply, a timeout after sending, an
+// interrupted command, a retryable write concern error: policy.ReplyShapes),
+// writeguard re-sends an update, replace or delete only when the caller
+// marked it idempotent (WithIdempotent for every write of a call,
+// IdempotentModels for some models); otherwise it ends unknown (or
+// written_unconfirmed after a write concern error). The driver's own
+// retryable-write retry is deduplicated by the server (lsid, txnNumber);
+// writeguard's re-send is a new command and is not.
+//
+// Idempotent, safe to mark:
+//   - $set, $unset, $setOnInsert, $min, $max, $addToSet of constants, with a
+//     filter the update cannot change (by _id, or on fields the update does
+//     not write): {_id: 7} / {$set: {status: "paid"}};
+//   - a replace by _id or by a field the replacement keeps;
+//   - an upsert whose filter the upserted document still matches;
+//   - a delete by _id or unique key (DeleteOne, FindOneAndDelete), and a
+//     DeleteMany whose filter no new document can match meanwhile.
+//
+// Not idempotent, never mark:
+//   - $inc, $mul, $push, $pop, $pull of a position, $currentDate, $rename;
+//   - an update pipeline reading the old value ([{$set: {n: {$add: ["$n", 1]}}}]);
+//   - any update whose filter names a field the update changes
+//     ({status: "new"} / {$set: {status: "sent"}} selects another
+//     document the second time, for UpdateOne and DeleteOne alike);
+//   - DeleteOne by a non-unique filter (the second run deletes another
+//     document), FindOneAndUpdate or FindOneAndDelete with a sort over a set
+//     the first run changed.
+//
+// Inserts never need marking: writeguard assigns their _id before the
+// first attempt, so a re-sent insert meets a duplicate key on its own _id
+// and is read back (already_written) instead of being stored twice.
+//
+// # Finishing a call
+//
+// Report.Remaining returns the inputs of a call that ended unknown,
+// exhausted or not_attempted, with the _ids writeguard assigned, ready to
+// pass to the same method again with Remaining.Context; what could be
+// applied twice is left out and listed with why (ExampleReport_Remaining).
 //
 // The loop itself is in internal/engine (its package doc maps it); this
 // package is its face: the collection, one write skeleton every guarded

@@ -18,8 +18,8 @@ import (
 )
 
 // Wrapping a collection is a one-line change: the guarded collection has
-// the same InsertOne, InsertMany and BulkWrite, and every other method of
-// *mongo.Collection.
+// the same write methods (InsertOne, InsertMany, BulkWrite, UpdateOne, ...,
+// FindOneAndDelete), guarded, and every other method of *mongo.Collection.
 func ExampleWrap() {
 	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://localhost:27017"))
 	if err != nil {
@@ -113,4 +113,70 @@ func ExampleWithClassifier() {
 	// Output:
 	// err: <nil>
 	// attempts: 2 stored: 1
+}
+
+// Finishing a call after a deadline (CASES C62): the reply to an
+// InsertMany was still in flight when the context ended, so both
+// documents are unknown (the server applied them). Report.Remaining gives
+// them back with the _ids writeguard assigned; sending them again with
+// Remaining's context stores nothing twice (a duplicate key on their own
+// _id is read back: already_written). Re-sending the caller's own slice
+// would store two more copies.
+func ExampleReport_Remaining() {
+	fake := mocks.NewFake("shop.orders").Script(mocks.Hang()) // the server applies, the reply never comes
+	orders, err := writeguard.New(fake)
+	if err != nil {
+		log.Fatal(err)
+	}
+	docs := []any{bson.D{{Key: "sku", Value: "S1"}}, bson.D{{Key: "sku", Value: "S2"}}}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err = orders.InsertMany(ctx, docs)
+	cancel()
+
+	var report *writeguard.Report
+	if errors.As(err, &report) {
+		rest := report.Remaining()
+		fmt.Println(rest, rest.Left)
+		if rest.Len() > 0 {
+			_, err = orders.InsertMany(rest.Context(context.Background()), rest.Documents)
+		}
+	}
+	fmt.Println("error:", err)
+	fmt.Println("stored:", len(fake.Docs()))
+	// Output:
+	// insertMany: 2 to send again, 0 left out []
+	// error: <nil>
+	// stored: 2
+}
+
+// Marking some models of a BulkWrite idempotent: after a lost reply the
+// $set (index 1) is sent again, the $inc (index 0) is not, and ends
+// unknown: applied once, reported.
+func ExampleIdempotentModels() {
+	fake := mocks.NewFake("shop.stock").Script(mocks.LoseReply())
+	_ = fake.Seed(bson.D{{Key: "_id", Value: "S1"}, {Key: "qty", Value: 5}})
+	stock, err := writeguard.New(fake)
+	if err != nil {
+		log.Fatal(err)
+	}
+	models := []mongo.WriteModel{
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: "S1"}}).
+			SetUpdate(bson.D{{Key: "$inc", Value: bson.D{{Key: "qty", Value: -1}}}}),
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: "S1"}}).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "checked", Value: true}}}}),
+	}
+	ctx := writeguard.IdempotentModels(context.Background(), 1)
+	_, err = stock.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	var report *writeguard.Report
+	if errors.As(err, &report) {
+		for _, o := range report.Outcomes {
+			fmt.Println(o.Index, o.Disposition)
+		}
+	}
+	fmt.Println("qty:", fake.Docs()[0].Lookup("qty").AsInt64())
+	// Output:
+	// 0 unknown
+	// 1 written
+	// qty: 4
 }

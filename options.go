@@ -279,14 +279,17 @@ type ctxKey int
 
 const idempotentKey ctxKey = 1
 
-// WithIdempotent returns a context that marks the update, replace and
-// delete models of BulkWrite calls made with it as safe to re-send after
-// an ambiguous failure (a lost reply, a timeout, a retryable write concern
-// error): for example $set of fixed values, or a replace by _id. Without
-// it, such a model ends "unknown" (or "written_unconfirmed" after a write
-// concern error) instead of being re-sent, because re-sending an $inc
-// applies it twice. Insert models never need it: writeguard assigns their
-// _id before the first attempt.
+// WithIdempotent returns a context that marks every update, replace and
+// delete of the guarded calls made with it (the models of BulkWrite, and
+// UpdateOne, UpdateByID, UpdateMany, ReplaceOne, DeleteOne, DeleteMany and
+// the FindOneAnd* methods) as safe to re-send after an ambiguous failure
+// (a lost reply, a timeout, a retryable write concern error): for example
+// $set of fixed values, or a replace by _id (see idempotent.go, "Which
+// writes are idempotent"). Without it, such a write ends "unknown" (or
+// "written_unconfirmed" after a write concern error) instead of being
+// re-sent, because re-sending an $inc applies it twice. IdempotentModels
+// marks some models of a call only. Insert models never need it:
+// writeguard assigns their _id before the first attempt.
 func WithIdempotent(ctx context.Context) context.Context {
 	return context.WithValue(ctx, idempotentKey, true)
 }

@@ -129,12 +129,20 @@ type Outcome struct {
 	// for inserts; nil for other models. It is kept for every outcome, so
 	// nothing is lost when a write or a dead-letter hand-off fails.
 	Document bson.Raw
-	// Model is the caller's write model (BulkWrite only).
+	// Model is the caller's write model (BulkWrite), or the write of a
+	// method of one write as a model (UpdateOne: an UpdateOneModel, ...;
+	// it is what a dead-letter envelope stores); nil for InsertOne and
+	// InsertMany.
 	Model mongo.WriteModel
 	// Err is an error of writeguard's own handling of this input: the
 	// dead-letter sink's error, the conflict handler's error, the read-back
 	// error. nil otherwise.
 	Err error
+	// Idempotent is true when the input may be sent again after an attempt
+	// that may have applied it: an insert (its _id), or an update, replace
+	// or delete the caller marked (WithIdempotent, IdempotentModels).
+	// Report.Remaining reads it.
+	Idempotent bool
 }
 
 // Report is the error a guarded call returns when any input did not end
@@ -146,7 +154,9 @@ type Outcome struct {
 // mongo.BulkWriteException, say) and any sink or handler error; Handled
 // tells whether every input reached a handled disposition.
 type Report struct {
-	// Operation is insertOne, insertMany or bulkWrite.
+	// Operation is the guarded method's name: insertOne, insertMany,
+	// bulkWrite, updateOne, updateByID, updateMany, replaceOne, deleteOne,
+	// deleteMany, findOneAndUpdate, findOneAndReplace or findOneAndDelete.
 	Operation string
 	// Namespace is "<database>.<collection>".
 	Namespace string
@@ -160,6 +170,10 @@ type Report struct {
 	// Hint names the setting to fix after a Configuration failure ("" when
 	// there was none).
 	Hint string
+	// NoUniqueID is true when the Guarded was built WithoutUniqueID: its
+	// target has no unique index on _id, so a re-sent insert that may have
+	// been applied could be stored twice (Report.Remaining leaves it out).
+	NoUniqueID bool
 
 	extra []error
 }
@@ -170,7 +184,8 @@ func newReport(c engine.Result) error {
 	r.Outcomes = make([]Outcome, c.Len())
 	for i := range r.Outcomes {
 		r.Outcomes[i] = Outcome{Index: i, ID: c.ID(i), Disposition: c.Disposition(i), Class: c.Class(i), Failure: c.Failure(i),
-			Attempts: c.Sent(i), Reason: c.Reason(i), MaybeWritten: c.MaybeWritten(i), Document: c.Document(i), Model: c.Model(i), Err: c.Err(i)}
+			Attempts: c.Sent(i), Reason: c.Reason(i), MaybeWritten: c.MaybeWritten(i), Document: c.Document(i), Model: c.Model(i), Err: c.Err(i),
+			Idempotent: c.Idempotent(i)}
 	}
 	return r
 }

@@ -61,6 +61,7 @@ func guard[T any](g *Guarded, ctx context.Context, m method[T]) (*T, error) {
 	if err := m.prepare(ctx, c); err != nil {
 		return nil, err
 	}
+	marks(ctx, c) // IdempotentModels, Remaining.Context (finish.go)
 	first, err := c.Run(ctx, m.send)
 	if res, ok := first.(*T); ok && res != nil && err == nil {
 		return res, nil

@@ -27,8 +27,9 @@ import (
 // code under test sees exactly the types, codes, labels and errInfo it
 // would see in production.
 //
-// A script of Faults, consumed one per write call (InsertOne, InsertMany,
-// BulkWrite), injects failures: a scripted reply, a lost reply after the
+// A script of Faults, consumed one per write call (every write method:
+// InsertOne, InsertMany, BulkWrite, UpdateOne, ..., FindOneAndDelete),
+// injects failures: a scripted reply, a lost reply after the
 // write was applied, a dropped connection, a write concern error,
 // per-document errors. Calls past the end of the script behave normally.
 //
@@ -51,7 +52,8 @@ type Fake struct {
 	// timeSeries: no unique _id index (TimeSeries).
 	timeSeries bool
 	// hello is the handshake reply Hello returns (Limits).
-	hello bson.D
+	hello  bson.D
+	poison []poisonDoc
 }
 
 // The collection types CollectionType reports, as listCollections names
@@ -412,7 +414,10 @@ func (f *Fake) exec(ctx context.Context, opName string, ops []op, ordered bool) 
 		return nil, err
 	}
 	f.mu.Lock()
-	ft := f.nextFault()
+	ft, poisoned := f.poisonFault(ops)
+	if !poisoned {
+		ft = f.nextFault()
+	}
 	res, err := f.execLocked(ft, opName, ops, ordered)
 	f.mu.Unlock()
 	var dp *DriverPanicError
@@ -671,15 +676,6 @@ func (f *Fake) checkUnique(doc bson.Raw, skip int) bson.D {
 // through ReadPrimary see what the primary holds.
 func (f *Fake) Find(ctx context.Context, filter any, _ ...options.Lister[options.FindOptions]) (*mongo.Cursor, error) {
 	return f.find(filter, false)
-}
-
-// ReplaceOne implements writeguard.Target.
-func (f *Fake) ReplaceOne(ctx context.Context, filter any, replacement any, _ ...options.Lister[options.ReplaceOptions]) (*mongo.UpdateResult, error) {
-	res, err := f.BulkWrite(ctx, []mongo.WriteModel{mongo.NewReplaceOneModel().SetFilter(filter).SetReplacement(replacement)})
-	if res == nil {
-		return nil, err
-	}
-	return &mongo.UpdateResult{MatchedCount: res.MatchedCount, ModifiedCount: res.ModifiedCount, Acknowledged: true}, err
 }
 
 // sameKey compares two values of a unique index's field as the server's

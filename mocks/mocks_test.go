@@ -122,3 +122,51 @@ func TestFakeUniqueKeysLikeTheServer(t *testing.T) {
 		})
 	}
 }
+
+// The methods of one write read a reply as the driver reads their
+// command's: a write error of the update and delete commands is a
+// WriteException, findAndModify's failure a CommandError.
+func TestReplyErrorOneWriteMethods(t *testing.T) {
+	we, _ := bson.Marshal(bson.D{{Key: "ok", Value: 1}, {Key: "n", Value: 0}, {Key: "writeErrors", Value: bson.A{
+		bson.D{{Key: "index", Value: 0}, {Key: "code", Value: 121}, {Key: "errmsg", Value: "Document failed validation"}}}}})
+	for _, op := range []string{mocks.OpUpdateOne, mocks.OpUpdateMany, mocks.OpReplaceOne, mocks.OpDeleteOne, mocks.OpDeleteMany} {
+		var wex mongo.WriteException
+		if err := mocks.ReplyError(op, we); !errors.As(err, &wex) || wex.WriteErrors[0].Code != 121 {
+			t.Errorf("%s: %T %v, want a WriteException 121", op, err, err)
+		}
+	}
+	cmdErr, _ := bson.Marshal(bson.D{{Key: "ok", Value: 0}, {Key: "code", Value: 11000}, {Key: "errmsg", Value: "E11000 duplicate key"}})
+	for _, op := range []string{mocks.OpFindOneAndUpdate, mocks.OpFindOneAndReplace, mocks.OpFindOneAndDelete} {
+		var ce mongo.CommandError
+		if err := mocks.ReplyError(op, cmdErr); !errors.As(err, &ce) || ce.Code != 11000 {
+			t.Errorf("%s: %T %v, want a CommandError 11000", op, err, err)
+		}
+	}
+}
+
+// Fake.FindOneAndUpdate reports a failed statement as the command's error,
+// as the server does; Poison fails every call carrying the document.
+func TestFakeFindAndModifyAndPoison(t *testing.T) {
+	ctx := context.Background()
+	f := mocks.NewFake("db.c").Unique("s")
+	if err := f.Seed(bson.D{{Key: "_id", Value: 1}, {Key: "s", Value: "a"}}, bson.D{{Key: "_id", Value: 2}, {Key: "s", Value: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	var ce mongo.CommandError
+	err := f.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$set", Value: bson.D{{Key: "s", Value: "b"}}}}).Err()
+	if !errors.As(err, &ce) || ce.Code != 11000 {
+		t.Errorf("duplicate key: %T %v, want a CommandError 11000", err, err)
+	}
+	var got bson.M
+	if err := f.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$set", Value: bson.D{{Key: "s", Value: "c"}}}},
+		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&got); err != nil || got["s"] != "c" {
+		t.Errorf("after image %v, err %v", got, err)
+	}
+	f.Poison("p", mocks.DropConnection())
+	if _, err := f.InsertMany(ctx, []any{bson.D{{Key: "_id", Value: "ok"}}, bson.D{{Key: "_id", Value: "p"}}}); !mongo.IsNetworkError(err) {
+		t.Errorf("poisoned call: %v, want a network error", err)
+	}
+	if _, err := f.InsertOne(ctx, bson.D{{Key: "_id", Value: "ok"}}); err != nil || len(f.Docs()) != 3 {
+		t.Errorf("call without the poison: %v, %d stored", err, len(f.Docs()))
+	}
+}

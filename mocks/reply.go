@@ -18,6 +18,15 @@ const (
 	OpInsertOne  = "insertOne"
 	OpInsertMany = "insertMany"
 	OpBulkWrite  = "bulkWrite"
+
+	OpUpdateOne         = "updateOne"
+	OpUpdateMany        = "updateMany"
+	OpReplaceOne        = "replaceOne"
+	OpDeleteOne         = "deleteOne"
+	OpDeleteMany        = "deleteMany"
+	OpFindOneAndUpdate  = "findOneAndUpdate"
+	OpFindOneAndReplace = "findOneAndReplace"
+	OpFindOneAndDelete  = "findOneAndDelete"
 )
 
 // ReplyError returns exactly the error the driver returns when the server
@@ -26,7 +35,9 @@ const (
 // back unchanged (mongo.WriteException, mongo.BulkWriteException,
 // mongo.CommandError, ...). It returns nil when the driver sees success.
 //
-// op is OpInsertOne, OpInsertMany or OpBulkWrite. For insertMany and
+// op is one of the Op constants (the reply is read as the driver reads
+// the reply to that method's command: findOneAnd* as findAndModify's, the
+// others as insert, update or delete's). For insertMany and
 // bulkWrite the command carries as many documents as the reply needs (one
 // more than its largest writeErrors index, at least reply.n, at least 1);
 // retryable writes are off, so the driver reads exactly one reply.
@@ -49,7 +60,8 @@ func ReplyError(op string, reply bson.Raw) error {
 
 // ReplyResult is ReplyError that also returns the driver's result
 // (*mongo.InsertOneResult, *mongo.InsertManyResult or
-// *mongo.BulkWriteResult; nil when the driver returns none).
+// *mongo.BulkWriteResult, *mongo.UpdateResult, *mongo.DeleteResult; nil
+// when the driver returns none, and always nil for findOneAnd*).
 func ReplyResult(op string, reply bson.Raw) (any, error) {
 	if err := reply.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidReply, err)
@@ -107,9 +119,10 @@ var mockMu sync.Mutex // drivertest's mock connection is not safe for concurrent
 
 func runMock(op string, n int, replies ...bson.D) (res any, err error) {
 	switch op {
-	case OpInsertOne, OpInsertMany, OpBulkWrite:
+	case OpInsertOne, OpInsertMany, OpBulkWrite, OpUpdateOne, OpUpdateMany, OpReplaceOne, OpDeleteOne, OpDeleteMany,
+		OpFindOneAndUpdate, OpFindOneAndReplace, OpFindOneAndDelete:
 	default:
-		return nil, fmt.Errorf("%w %q: want %q, %q or %q", ErrUnknownOp, op, OpInsertOne, OpInsertMany, OpBulkWrite)
+		return nil, fmt.Errorf("%w %q: want one of the Op constants", ErrUnknownOp, op)
 	}
 	mockMu.Lock()
 	defer mockMu.Unlock()
@@ -134,9 +147,26 @@ func runMock(op string, n int, replies ...bson.D) (res any, err error) {
 	for i := range docs {
 		docs[i] = bson.D{{Key: "_id", Value: i}}
 	}
+	set := bson.D{{Key: "$set", Value: bson.D{{Key: "a", Value: 1}}}}
 	switch op {
 	case OpInsertOne:
 		return coll.InsertOne(ctx, docs[0])
+	case OpUpdateOne:
+		return coll.UpdateOne(ctx, docs[0], set)
+	case OpUpdateMany:
+		return coll.UpdateMany(ctx, docs[0], set)
+	case OpReplaceOne:
+		return coll.ReplaceOne(ctx, docs[0], bson.D{{Key: "a", Value: 1}})
+	case OpDeleteOne:
+		return coll.DeleteOne(ctx, docs[0])
+	case OpDeleteMany:
+		return coll.DeleteMany(ctx, docs[0])
+	case OpFindOneAndUpdate:
+		return nil, coll.FindOneAndUpdate(ctx, docs[0], set).Err()
+	case OpFindOneAndReplace:
+		return nil, coll.FindOneAndReplace(ctx, docs[0], bson.D{{Key: "a", Value: 1}}).Err()
+	case OpFindOneAndDelete:
+		return nil, coll.FindOneAndDelete(ctx, docs[0]).Err()
 	case OpInsertMany:
 		return coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	default:

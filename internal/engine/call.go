@@ -140,6 +140,14 @@ func (r Result) MaybeWritten(i int) bool {
 	return it.mayBeApplied() && !it.disp.Stored()
 }
 
+// Idempotent reports whether input i may be re-sent after an attempt
+// that may have applied it (Call.Idempotent).
+func (r Result) Idempotent(i int) bool { return r.c.Idempotent(i) }
+
+// NoUniqueID reports whether the call learned (or was told) that _id is
+// not unique where its documents land.
+func (r Result) NoUniqueID() bool { return r.c.noUniqueID }
+
 // Document returns input i as prepared (with its _id) for an insert, nil
 // for another model.
 func (r Result) Document(i int) bson.Raw { return r.c.items[i].doc }

@@ -12,19 +12,23 @@
 //
 //	prepare        prepare.go    marshal once, give _id, check 16 MiB; failures: prefailed
 //	routePrefailed loop.go       prefailed -> parked (Invalid with bytes) or done
-//	commands       commands.go   cut the pending documents into the server commands the driver
+//	narrow         bisect.go     which pending documents go: all, an isolated one alone,
+//	                             or one half of a poison suspect set (bisection, C66)
+//	commands       commands.go   cut the documents that go into the server commands the driver
 //	                             would send (kinds, maxWriteBatchSize, maxMessageSizeBytes):
 //	                             one Send, one command; an ordered write stops at a command
 //	                             that did not write all
 //	attempt        loop.go       send one command (Send), one hook event each side; a panic
 //	                             of the Target is that attempt's failure
 //	verdicts       route.go      per document: its failure and what the reply proved
-//	                             (policy.Extract, Failure.Proof, the policy.ReplyShapes table)
+//	                             (policy.Extract, Failure.Proof, the policy.ReplyShapes table;
+//	                             a command of one statement: statement.go, oneStatement)
 //	decide         route.go      classify (policy.Classifier), then Route: one Decision
 //	apply          loop.go       Settle -> done; Retry -> retrying; ReadBack, DeadLetter,
 //	                             HandleConflict -> collected, then carryOut:
 //	carryOut       loop.go       readBackAll (readback.go), conflicts (conflict.go), park (deadletter.go)
 //	stopOrdered    loop.go       an ordered write ends after its first unhandled document: GiveUp
+//	observe        bisect.go     start, narrow or end a bisection from what the attempt proved
 //	scheduleRetry  retry.go      attempt limit (AttemptLimit), MaxElapsed, retry budget, backoff
 //	                             wait; what may not go again: GiveUp
 //	flush          deadletter.go parked -> one gathered sink Put -> done (side.go retries it)

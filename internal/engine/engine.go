@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -77,6 +78,7 @@ type Engine struct {
 	observed bool
 	hooks    hooks.Hooks
 	logLimit *loglimit.Limiter
+	health   atomic.Int64 // attempts of any call that the server executed (bisect.go)
 }
 
 // New returns the engine of cfg.

@@ -36,7 +36,8 @@ type Call struct {
 	// noUniqueID: _id is not unique where the documents land (asked of
 	// Config.UniqueID once, when an insert may have been applied).
 	noUniqueID, uniqueAsked bool
-	stopAt                  int // ordered: batch position of the last attempt's first write error, -1 when none
+	stopAt                  int     // ordered: batch position of the last attempt's first write error, -1 when none
+	ext                     callExt // per-model idempotence, one-statement rule, bisection (statement.go, bisect.go)
 }
 
 // SetCallOptions records the call's options that an envelope keeps (let,
@@ -78,6 +79,7 @@ func (c *Call) run(ctx context.Context) (any, error) {
 		if c.ordered && c.window > 0 && len(batch) > c.window {
 			batch = batch[:c.window]
 		}
+		batch = c.narrow(batch)
 		if err := ctx.Err(); err != nil {
 			// Nothing more leaves the client: the documents never sent
 			// are not_attempted, whatever stopped them.
@@ -97,6 +99,7 @@ func (c *Call) run(ctx context.Context) (any, error) {
 				first = res
 			}
 			delay, c.offset = 0, c.offset+len(cmd)
+			c.observe(cmd, err) // bisection reads each command's failure (bisect.go)
 		}
 		if c.ordered {
 			c.window = OrderedWindow(c.window, len(batch), c.stopAt)

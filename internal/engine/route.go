@@ -43,6 +43,10 @@ func (c *Call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 			whole = f
 		}
 	}
+	if whole != nil && c.oneStatement(batch, whole) {
+		perDoc[0], whole = whole, nil
+	}
+	c.ext.whole, c.ext.wholeN = whole, len(batch)
 	out := make([]verdict, len(batch))
 	if whole != nil {
 		p := whole.Proof()
@@ -149,9 +153,12 @@ func (c *Call) decide(ctx context.Context, it *item, v verdict) Decision {
 	if it.kind == KindInsert && it.mayBeApplied() {
 		c.askUniqueID(ctx)
 	}
+	if d, ok := c.bisectDecision(v); ok {
+		return d
+	}
 	return Route(Facts{
 		Class: it.class, WholeCommand: v.notOwn || v.fail.Index == policy.WholeCommand, Proof: v.proof,
-		Kind: it.kind, Upsert: it.upsert, Idempotent: c.idempotent, NoUniqueID: c.noUniqueID,
+		Kind: it.kind, Upsert: it.upsert, Idempotent: c.idempotentItem(it), NoUniqueID: c.noUniqueID,
 		EverMaybe: it.mayBeApplied(), Unconfirmed: it.ev == unconfirmed,
 		UpsertRuns: it.upsertRuns, MaxUpsertRuns: c.e.cfg.UpsertRetries,
 	})

@@ -7,9 +7,14 @@ package e2e
 // kind: whole-command errors, partial application followed by an error of
 // each category or by a dropped connection, lost replies (which clear the
 // driver's connection pool under the other writers), write concern errors
-// and per-document write conflicts. Only transient faults are injected, so
-// no document may end failed, exhausted or unknown; schema failures and
-// duplicates of seeded _ids are the only non-written outcomes allowed.
+// and per-document write conflicts, and poison documents (every insert
+// command carrying one is rejected as a whole, 10334: the engine narrows
+// the batch down and the poison document, alone, is dead-lettered). Only
+// transient faults are injected besides, so no document may end failed,
+// exhausted or unknown; schema failures, duplicates of seeded _ids and
+// poison documents are the only non-written outcomes allowed. A second
+// phase (truth_methods.go) runs the other write methods under the same
+// kind of faults and checks every Outcome against the store.
 //
 //	go test -run TestTruthOracle ./cmd/writeguard/e2e/ -v
 //	TRUTH_SEEDS=1,2,3 go test -run TestTruthOracle ./cmd/writeguard/e2e/
@@ -86,6 +91,7 @@ func truthScript(ns string, seed int64) []faultproxy.ScriptItem {
 	}
 	return []faultproxy.ScriptItem{
 		faultproxy.Validator(ns, cbRequireQty),
+		faultproxy.On("insert").In(ns).Always().Where(carriesPoison).Do(faultproxy.ErrorReply(ce(10334, "BSONObjectTooLarge", nil))),
 		faultproxy.On("insert").In(ns).Always().Do(faultproxy.RandomSchedule(seed,
 			faultproxy.Rate{P: 0.03, Fault: faultproxy.ErrorReply(ce(189, "PrimarySteppedDown", retryable))},
 			faultproxy.Rate{P: 0.01, Fault: faultproxy.ErrorReply(ce(112, "WriteConflict", retryable))},
@@ -145,6 +151,7 @@ func truthRun(t *testing.T, seed int64, workers int) {
 
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x7247))
 	inputs := chaosInputs(rng, truthDocs, 0.03, 0.01, 0.5, truthSeedDups)
+	poison := markPoison(rng, inputs, truthPoison)
 	for i := 0; i < truthDocs; i += truthBatch {
 		calls = append(calls, &truthCall{id: len(calls), ordered: rng.IntN(2) == 0, bulk: rng.IntN(3) == 0, inputs: inputs[i:min(i+truthBatch, truthDocs)]})
 	}
@@ -153,10 +160,10 @@ func truthRun(t *testing.T, seed int64, workers int) {
 	concurrently(workers, calls, func(c *truthCall) { truthWrite(b.ctx, g, c) })
 	elapsed := time.Since(t0)
 
-	v := truthCheck(b, coll, g.dlqColl, calls)
+	v := truthCheck(b, coll, g.dlqColl, calls, poison)
 	st := b.proxy.Stats()
-	t.Logf("truth oracle: seed %d, %d writers, %d documents in %d calls, %v: %s; untrue %d, lost %d, duplicated %d, failed-from-transient %d; faults %v; attempts %d, retries %d, budget refusals %d",
-		seed, workers, truthDocs, len(calls), elapsed.Round(time.Millisecond), v.counts(), len(v.untrue), v.lost, v.duplicated, v.transientFailures, st.Faults,
+	t.Logf("truth oracle: seed %d, %d writers, %d documents (%d poison) in %d calls, %v: %s; untrue %d, lost %d, duplicated %d, failed-from-transient %d; faults %v; attempts %d, retries %d, budget refusals %d",
+		seed, workers, truthDocs, len(poison), len(calls), elapsed.Round(time.Millisecond), v.counts(), len(v.untrue), v.lost, v.duplicated, v.transientFailures, st.Faults,
 		len(g.rec.Attempts()), len(g.rec.Retries()), g.rec.BudgetExhausted())
 	for _, u := range first(v.untrue, 20) {
 		t.Errorf("untrue: %s", u)
@@ -172,6 +179,7 @@ func truthRun(t *testing.T, seed int64, workers int) {
 			t.Errorf("fault kind %s never fired: the schedule does not exercise it", k)
 		}
 	}
+	truthMethods(t, b, seed, workers)
 }
 
 type truthCallKey struct{}
@@ -241,7 +249,7 @@ func first(list []string, n int) []string {
 // disposition was not stored by the call unless MaybeWritten says it may
 // have been; not_attempted was never sent; and, the faults being
 // transient, nothing ends failed, exhausted or unknown.
-func truthCheck(b *caseBed, coll, dlqColl string, calls []*truthCall) *truthVerdict {
+func truthCheck(b *caseBed, coll, dlqColl string, calls []*truthCall, poison map[int]bool) *truthVerdict {
 	stored, storedP := map[int]int{}, map[int]string{}
 	for _, d := range b.docs(coll) {
 		if v, err := d.LookupErr("n"); err == nil {
@@ -314,7 +322,12 @@ func truthCheck(b *caseBed, coll, dlqColl string, calls []*truthCall) *truthVerd
 			if in.kind == chaosDup && o.Disposition != writeguard.ConflictSkipped {
 				unexpected("duplicate of a seeded _id not conflict_skipped")
 			}
-			if in.kind == chaosGood && !o.Disposition.Stored() {
+			switch {
+			case poison[in.n]:
+				if o.Disposition != writeguard.DeadLettered {
+					unexpected("poison document not dead-lettered")
+				}
+			case in.kind == chaosGood && !o.Disposition.Stored():
 				unexpected("valid document not stored")
 			}
 		}

@@ -1,0 +1,307 @@
+package engine
+
+import (
+	"math/bits"
+
+	"github.com/writeguard/writeguard/policy"
+)
+
+// Narrowing down a poison document (CASES C66).
+//
+// A poison document makes every command that carries it fail as a whole
+// (the server drops the connection, or rejects the command with a code
+// that is a verdict on a document, such as 10334 BSONObjectTooLarge), so
+// without help it sinks the good documents of its batch: they are re-sent
+// with it until their attempts run out. The engine narrows such a batch
+// down instead: it halves the suspect set, sends one half, and keeps the
+// half that still fails (or, when the half sent was written, the other
+// half), until one document is left. That document is then sent alone,
+// always (it is isolated): its failure is now its own, and it earns the
+// disposition of that failure (a per-document verdict on a command of one
+// statement is dead-lettered: oneStatement; a failure that keeps
+// recurring ends exhausted or unknown after its own attempts, read back
+// first when it is an insert that may have been applied). The other
+// documents are written without it.
+//
+// # Poison or outage
+//
+// A whole-command failure of a batch of two or more documents starts a
+// bisection when it is deterministic (its class is a per-document verdict,
+// policy.Invalid or policy.Conflict, though the command carried several
+// statements), or when the call's previous attempt failed the same way
+// (same FailureKind) on a batch of two or more while the server executed
+// some other command of the same Guarded in between (another call, or
+// another batch of this one): the same batch failing twice in a row while
+// the server is otherwise healthy. Without that evidence a repeated
+// failure is taken for an outage and retried as usual (an outage must not
+// cost more commands than retries do: C22). Failures that say nothing
+// about the documents never start one: nothing reached the server (policy.NotSent: checkout, server
+// selection, context), the server asked to slow down (policy.Throttled),
+// or it named a setting or a privilege (Configuration, Authorization
+// shapes). Either way the server has shown itself healthy (it answered the
+// command, or executed others), so after the retry that starts it (which
+// waits its backoff as usual) the bisection's commands are sent without
+// waiting.
+//
+// # Bounds and re-send rules
+//
+// Bisection commands are not charged to their documents' attempts (a
+// whole-command failure of a batch is not a verdict on any one of its
+// documents); they have their own bound: BisectBound(n) commands for a
+// call of n inputs, and another BisectBound(n) for each document isolated
+// (so k poison documents cost about k·(log2(n)+1) commands). When the
+// bound is spent the call goes on with ordinary retries. Bisection only
+// chooses which of the documents still waiting for an attempt are sent
+// next; whether a document may be sent again at all is decided, as for any
+// attempt, by Route and GiveUp: a model that may have been applied and is
+// not idempotent is never re-sent. An ordered write stays ordered: the
+// half sent is always a prefix of the waiting documents, so the documents
+// before the poison one are written first, the poison one settles, and the
+// rest follow the ordered rules (stopOrdered).
+
+// BisectBound is the number of bisection commands a call of n inputs may
+// make to isolate one document: ceil(log2(n)) + 1.
+func BisectBound(n int) int {
+	if n <= 1 {
+		return 1
+	}
+	return bits.Len(uint(n-1)) + 1
+}
+
+// bisection is the bisection state of one call.
+type bisection struct {
+	active   bool
+	suspect  []*item // the documents known to hold a poison one
+	sentHalf bool    // the last attempt sent a half of suspect
+	left     int     // bisection commands left to the call
+	started  bool    // left has been set
+	lastKind string  // FailureKind of the previous attempt's whole-command failure of ≥ 2 documents
+	lastSeen int64   // Engine.health when that failure was read
+	isolated map[*item]bool
+	commands int // bisection commands made
+}
+
+// Bisections returns the number of commands the call sent to narrow down
+// poison documents (0 when it never bisected).
+func (c *Call) Bisections() int { return c.ext.bis.commands }
+
+// Isolated reports whether input i was isolated by bisection (sent alone
+// because commands carrying it failed as a whole).
+func (c *Call) Isolated(i int) bool { return c.ext.bis.isolated[c.items[i]] }
+
+// narrow returns the documents of batch (the documents waiting, in input
+// order, cut to an ordered write's window) that the next attempt sends:
+// batch itself, except that isolated documents are sent alone and a
+// bisection sends one half of its suspects.
+func (c *Call) narrow(batch []*item) []*item {
+	b := &c.ext.bis
+	b.sentHalf = false
+	if len(batch) <= 1 {
+		return batch
+	}
+	if c.ordered && b.isolated[batch[0]] {
+		return batch[:1]
+	}
+	if b.active {
+		cand := liveOf(b.suspect)
+		if len(cand) <= 1 {
+			b.active = false
+			if len(cand) == 1 {
+				c.isolate(cand[0])
+				return c.narrow(batch)
+			}
+		} else {
+			half := cand[:len(cand)/2]
+			b.sentHalf = true
+			if !c.ordered {
+				return half
+			}
+			last := half[len(half)-1]
+			for i, it := range batch {
+				if it == last {
+					return batch[:i+1]
+				}
+			}
+			b.active, b.sentHalf = false, false // the window cut the suspects: not bisecting
+		}
+	}
+	if len(b.isolated) == 0 {
+		return batch
+	}
+	if c.ordered {
+		for i, it := range batch {
+			if b.isolated[it] {
+				return batch[:i]
+			}
+		}
+		return batch
+	}
+	var rest []*item
+	var alone *item
+	for _, it := range batch {
+		switch {
+		case !b.isolated[it]:
+			rest = append(rest, it)
+		case alone == nil:
+			alone = it
+		}
+	}
+	if len(rest) > 0 {
+		return rest
+	}
+	return []*item{alone}
+}
+
+// isolate marks it to be sent alone from now on, and gives the call
+// another bound of bisection commands.
+func (c *Call) isolate(it *item) {
+	b := &c.ext.bis
+	if b.isolated == nil {
+		b.isolated = map[*item]bool{}
+	}
+	b.isolated[it] = true
+	b.left += BisectBound(len(c.items))
+}
+
+// observe reads what the attempt that sent batch proved for bisection:
+// it starts a bisection, narrows it, or ends it (see the comment at the
+// top of this file). err is the attempt's error.
+func (c *Call) observe(batch []*item, err error) {
+	b := &c.ext.bis
+	whole := c.ext.whole
+	c.ext.whole = nil
+	c.bisectInit()
+	if whole == nil && err == nil || whole == nil && len(batch) > 0 {
+		c.e.health.Add(1) // the server executed the command
+	}
+	if b.sentHalf {
+		b.sentHalf = false
+		b.commands++
+		b.left--
+		switch {
+		case whole == nil:
+			// The half was executed: the poison is among the others.
+			b.suspect = without(liveOf(b.suspect), batch)
+		case !poisonSuspect(whole, c.e.cfg.Classifier.Classify(*whole)).possible:
+			// Nothing reached the server, or it asked to slow down: the
+			// half proved nothing either way; it goes again after the
+			// backoff, and the bisection command is given back.
+			b.commands--
+			b.left++
+		default:
+			b.suspect = liveOf(batch)
+			for _, it := range batch {
+				if it.tries > 0 && Charged(whole) {
+					it.tries-- // a bisection command is not a try
+				}
+				if it.state == retrying {
+					it.to(pending) // the server is healthy: no backoff
+				}
+			}
+		}
+		if cand := liveOf(b.suspect); len(cand) <= 1 {
+			b.active = false
+			if len(cand) == 1 {
+				c.isolate(cand[0])
+			}
+		}
+		if b.left <= 0 {
+			b.active = false
+		}
+		if whole != nil {
+			b.lastKind, b.lastSeen = FailureKind(whole), c.e.health.Load()
+		}
+		return
+	}
+	if whole == nil || len(batch) < 2 {
+		if err == nil || whole == nil {
+			b.lastKind = ""
+		}
+		return
+	}
+	kind := FailureKind(whole)
+	suspect := poisonSuspect(whole, c.e.cfg.Classifier.Classify(*whole))
+	seen := c.e.health.Load()
+	repeated := kind == b.lastKind && seen > b.lastSeen
+	b.lastKind, b.lastSeen = kind, seen
+	if !suspect.possible || !(suspect.deterministic || repeated) || b.left <= 0 {
+		return
+	}
+	if cand := liveOf(batch); len(cand) >= 2 {
+		b.active, b.suspect = true, cand
+	}
+}
+
+// bisectInit gives the call its first bound of bisection commands.
+func (c *Call) bisectInit() {
+	if b := &c.ext.bis; !b.started {
+		b.started, b.left = true, BisectBound(len(c.items))
+	}
+}
+
+// RuleBisect is the Decision.Rule of a document kept for bisection: its
+// command of several statements was rejected as a whole with a code that
+// is a verdict on one document (10334, 121, 11000, ...), which says that
+// some document of the command is poison and nothing about this one; it
+// proved nothing applied.
+const RuleBisect = "bisect"
+
+// bisectDecision keeps a document of a command of two or more statements
+// rejected as a whole for a per-document reason (a deterministic poison
+// suspect, proved not applied) for bisection, while the call's bisection
+// bound lasts: Retry, so that a half can carry it again. Otherwise Route
+// decides (such a failure is never a verdict on the document: rule 2).
+func (c *Call) bisectDecision(v verdict) (Decision, bool) {
+	c.bisectInit()
+	f := v.fail
+	if f != c.ext.whole || c.ext.wholeN < 2 || v.proof != policy.NotApplied || c.ext.bis.left <= 0 {
+		return Decision{}, false
+	}
+	if s := poisonSuspect(f, c.e.cfg.Classifier.Classify(*f)); !s.deterministic {
+		return Decision{}, false
+	}
+	return Decision{Action: Retry, Rule: RuleBisect}, true
+}
+
+// suspicion says whether a whole-command failure may come from a poison
+// document, and whether one failure is enough to say so.
+type suspicion struct{ possible, deterministic bool }
+
+// poisonSuspect reads a whole-command failure f of class class.
+func poisonSuspect(f *policy.Failure, class policy.Class) suspicion {
+	switch {
+	case f.Proof() == policy.NotSent,
+		class == policy.Throttled, class == policy.Configuration,
+		f.Shape == policy.ShapeConfiguration, f.Shape == policy.ShapeAuthorization:
+		return suspicion{}
+	case class == policy.Invalid || class == policy.Conflict:
+		return suspicion{possible: true, deterministic: true}
+	}
+	return suspicion{possible: true}
+}
+
+// liveOf returns the items of its still waiting for an attempt.
+func liveOf(its []*item) []*item {
+	var out []*item
+	for _, it := range its {
+		if it.live() {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// without returns the items of its not in drop.
+func without(its, drop []*item) []*item {
+	gone := make(map[*item]bool, len(drop))
+	for _, it := range drop {
+		gone[it] = true
+	}
+	var out []*item
+	for _, it := range its {
+		if !gone[it] {
+			out = append(out, it)
+		}
+	}
+	return out
+}
