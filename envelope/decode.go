@@ -42,6 +42,9 @@ func (e *DecodeError) Error() string {
 	if e.Field == "" {
 		return fmt.Sprintf("envelope _id %s cannot be decoded: %v", id, e.Err)
 	}
+	if e.Type == 0 {
+		return fmt.Sprintf("envelope _id %s cannot be decoded: field %s is missing; want %s", id, e.Field, e.Want)
+	}
 	return fmt.Sprintf("envelope _id %s cannot be decoded: field %s holds a BSON %s; want %s", id, e.Field, e.Type, e.Want)
 }
 
@@ -49,8 +52,11 @@ func (e *DecodeError) Error() string {
 func (e *DecodeError) Unwrap() error { return e.Err }
 
 // ErrWrongType is the Err of a DecodeError for a field of the wrong BSON
-// type.
-var ErrWrongType = errors.New("envelope: field of the wrong BSON type")
+// type; ErrMissingOriginal for an envelope without an original.
+var (
+	ErrWrongType       = errors.New("envelope: field of the wrong BSON type")
+	ErrMissingOriginal = errors.New("envelope: no original")
+)
 
 // maxIDString bounds IDString's result, in bytes.
 const maxIDString = 96
@@ -90,9 +96,25 @@ func IDString(id bson.RawValue) string {
 // collection, as MongoSink writes it). A document whose field has the
 // wrong BSON type, or that is not valid BSON, gives a *DecodeError naming
 // its _id and the field (the first such field in document order); the
-// other envelopes of a batch are not affected. Fields Envelope does not
-// know are ignored.
+// other envelopes of a batch are not affected. An envelope without an
+// original is a DecodeError too (Field "original", Type 0,
+// ErrMissingOriginal): there is nothing to replay. Fields Envelope does
+// not know are ignored.
 func Decode(raw bson.Raw) (Envelope, error) {
+	env, err := decode(raw)
+	if err != nil {
+		return env, err
+	}
+	if _, lerr := raw.LookupErr("original"); lerr != nil {
+		id, _ := raw.LookupErr("_id")
+		return Envelope{}, &DecodeError{ID: id, Field: "original", Want: envelopeFields()["original"].want, Err: ErrMissingOriginal}
+	}
+	return env, nil
+}
+
+// decode is Decode without the check for an original (for projections
+// without it).
+func decode(raw bson.Raw) (Envelope, error) {
 	var env Envelope
 	id, _ := raw.LookupErr("_id")
 	if err := raw.Validate(); err != nil {
