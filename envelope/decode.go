@@ -105,9 +105,8 @@ func Decode(raw bson.Raw) (Envelope, error) {
 	if err != nil {
 		return env, err
 	}
-	if _, lerr := raw.LookupErr("original"); lerr != nil {
-		id, _ := raw.LookupErr("_id")
-		return Envelope{}, &DecodeError{ID: id, Field: "original", Want: envelopeFields()["original"].want, Err: ErrMissingOriginal}
+	if err := checkOriginal(raw); err != nil {
+		return Envelope{}, err
 	}
 	return env, nil
 }
@@ -116,19 +115,46 @@ func Decode(raw bson.Raw) (Envelope, error) {
 // without it).
 func decode(raw bson.Raw) (Envelope, error) {
 	var env Envelope
-	id, _ := raw.LookupErr("_id")
 	if err := raw.Validate(); err != nil {
-		return Envelope{}, &DecodeError{ID: validOrNone(id), Err: err}
+		return Envelope{}, decodeFailure(raw, err)
 	}
-	err := bson.Unmarshal(raw, &env)
-	if err == nil {
-		return env, nil
+	if err := bson.Unmarshal(raw, &env); err != nil {
+		return Envelope{}, decodeFailure(raw, err)
+	}
+	return env, nil
+}
+
+// decodeFailure turns err, the failure to decode raw, into a
+// *DecodeError naming raw's _id and the first field that does not decode
+// (none when raw is not valid BSON).
+func decodeFailure(raw bson.Raw, err error) error {
+	id, _ := raw.LookupErr("_id")
+	if raw.Validate() != nil {
+		return &DecodeError{ID: validOrNone(id), Err: err}
 	}
 	if derr := findBadField(raw, id); derr != nil {
-		return Envelope{}, derr
+		return derr
 	}
-	return Envelope{}, &DecodeError{ID: id, Err: err}
+	return &DecodeError{ID: id, Err: err}
 }
+
+// checkOriginal returns a *DecodeError (ErrMissingOriginal) when raw
+// holds no original, in either stored form (original, or its exact
+// bytes in original_raw).
+func checkOriginal(raw bson.Raw) error {
+	if _, err := raw.LookupErr("original"); err == nil {
+		return nil
+	}
+	if _, err := raw.LookupErr("original" + rawFormSuffix); err == nil {
+		return nil
+	}
+	id, _ := raw.LookupErr("_id")
+	return &DecodeError{ID: id, Field: "original", Want: envelopeFields()["original"].want, Err: ErrMissingOriginal}
+}
+
+// rawFormSuffix names the field that holds a document field's exact bytes
+// when the server would not take it as a sub-document (original_raw).
+const rawFormSuffix = "_raw"
 
 func validOrNone(v bson.RawValue) bson.RawValue {
 	if v.Validate() != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/writeguard/writeguard/policy"
 )
@@ -65,8 +63,8 @@ type sinkConfig struct {
 	redactErrInfo func(bson.Raw) bson.Raw
 	upsertRetries int
 	insertFirst   bool
-	setup         []SetupOption
-	logger        *slog.Logger
+	setup         []SetupOption // WithSetup (mongo_safe.go)
+	logger        *slog.Logger  // WithLogger (mongo_safe.go)
 	now           func() time.Time
 	errs          []error
 }
@@ -133,38 +131,6 @@ func WithUpsertRetries(n int) SinkOption {
 // upsert (FerretDB v1; see MongoSink). Ignored by FileSink.
 func WithInsertFirst() SinkOption {
 	return sinkOptionFunc(func(c *sinkConfig) { c.insertFirst = true })
-}
-
-// WithSetup sets the options (WithTTL, WithoutValidator, ...) with which
-// MongoSink re-establishes the dead-letter collection and its indexes when
-// it finds its unique fingerprint index gone (see MongoSink, "Lost
-// indexes"). Default: EnsureCollection's defaults. Give the options the
-// collection was set up with. Ignored by FileSink.
-func WithSetup(opts ...SetupOption) SinkOption {
-	return sinkOptionFunc(func(c *sinkConfig) {
-		for i, o := range opts {
-			if o == nil {
-				c.errs = append(c.errs, fmt.Errorf("envelope: WithSetup: option %d is nil", i))
-				return
-			}
-		}
-		c.setup = append([]SetupOption(nil), opts...)
-	})
-}
-
-// WithLogger sets the logger MongoSink tells, at level Warn, that it
-// found the dead-letter collection's unique fingerprint index gone and
-// what re-establishing it did (the SetupReport), or why it refuses to
-// store. Default: no logging (Put's error and Reestablished still say
-// so). A nil logger is an error. Ignored by FileSink.
-func WithLogger(l *slog.Logger) SinkOption {
-	return sinkOptionFunc(func(c *sinkConfig) {
-		if l == nil {
-			c.errs = append(c.errs, errors.New("envelope: WithLogger(nil)"))
-			return
-		}
-		c.logger = l
-	})
 }
 
 // MongoSink is a Sink that stores envelopes in a MongoDB collection, the
@@ -272,91 +238,27 @@ func WithLogger(l *slog.Logger) SinkOption {
 // index (e.g. duplicates of a fingerprint already exist), Put stores
 // nothing and returns an error wrapping ErrIndexMissing. A drop between
 // the check and the write is not seen until the next Put.
+//
+// # Partial failures
+//
+// PutEach (PartialSink) says which envelopes of a failed Put the
+// collection holds: it reads them back by fingerprint.
 type MongoSink struct {
 	coll    *mongo.Collection
 	cfg     sinkConfig
 	err     error // a construction error every Put returns
 	stripes [sinkStripes]sync.Mutex
 
-	setupMu       sync.Mutex // one re-establishment at a time
-	reestablished atomic.Int64
-	unacked       atomic.Bool // a write came back unacknowledged (w: 0)
-}
-
-// ErrIndexMissing is wrapped by MongoSink.Put's error when the dead-letter
-// collection's unique fingerprint index is gone and re-establishing it
-// failed: the sink stores nothing rather than envelopes a later capture
-// or replay could duplicate.
-var ErrIndexMissing = errors.New("envelope: the dead-letter collection has no unique index on fingerprint")
-
-// Reestablished returns how many times s found the unique fingerprint
-// index (or the whole collection) gone and re-established it.
-func (s *MongoSink) Reestablished() int64 { return s.reestablished.Load() }
-
-// codeNamespaceNotFound is the server's 26 NamespaceNotFound
-// (error_codes.yml), listIndexes' answer for a collection that does not
-// exist.
-const codeNamespaceNotFound = 26
-
-// checkIndexes makes sure the unique fingerprint index is there, running
-// EnsureCollection when it is not (see MongoSink, "Lost indexes").
-func (s *MongoSink) checkIndexes(ctx context.Context) error {
-	ok, err := s.hasFingerprintIndex(ctx)
-	if err != nil || ok {
-		return err
-	}
-	s.setupMu.Lock()
-	defer s.setupMu.Unlock()
-	if ok, err := s.hasFingerprintIndex(ctx); err != nil || ok {
-		return err // re-established meanwhile by another Put
-	}
-	ns := s.coll.Database().Name() + "." + s.coll.Name()
-	rep, err := EnsureCollection(ctx, s.coll.Database(), s.coll.Name(), s.cfg.setup...)
-	st := rep.State(FeatureFingerprintIndex)
-	if err == nil && st != FeatureApplied && st != FeatureAlready {
-		err = fmt.Errorf("fingerprint index %s", st)
-	}
-	if err != nil {
-		if s.cfg.logger != nil {
-			s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "envelope: the dead-letter collection lost its unique fingerprint index and it could not be re-established; storing nothing",
-				slog.String("namespace", ns), slog.String("error", err.Error()))
-		}
-		return fmt.Errorf("%w (%s), and re-establishing it failed; nothing stored: %w", ErrIndexMissing, ns, err)
-	}
-	s.reestablished.Add(1)
-	if s.cfg.logger != nil {
-		s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "envelope: the dead-letter collection had lost its unique fingerprint index (dropped?); re-established it before storing",
-			slog.String("namespace", ns), slog.String("setup", rep.String()))
-	}
-	return nil
-}
-
-// hasFingerprintIndex lists the collection's indexes and reports whether
-// the unique index on {fingerprint: 1} is among them (false, nil for a
-// collection that does not exist).
-func (s *MongoSink) hasFingerprintIndex(ctx context.Context) (bool, error) {
-	// Through an acknowledged clone: under w: 0 the driver would not wait
-	// for listIndexes' reply either (the write itself then reports
-	// ErrUnacknowledgedSink).
-	idx, err := listIndexes(ctx, s.coll.Clone(options.Collection().SetWriteConcern(writeconcern.W1())))
-	if err != nil {
-		if hasCode(err, codeNamespaceNotFound) {
-			return false, nil
-		}
-		return false, fmt.Errorf("envelope: checking the dead-letter collection's indexes: %w", err)
-	}
-	ex := findIndex(idx, []keyField{{"fingerprint", 1}})
-	return ex != nil && ex.Unique, nil
+	setupMu       sync.Mutex   // one re-establishment at a time
+	reestablished atomic.Int64 // Reestablished
+	unacked       atomic.Bool  // a write came back unacknowledged (w: 0)
 }
 
 // sinkStripes is the number of locks MongoSink.Put spreads fingerprints
 // over.
 const sinkStripes = 64
 
-var (
-	_ Sink        = (*MongoSink)(nil)
-	_ PartialSink = (*MongoSink)(nil)
-)
+var _ Sink = (*MongoSink)(nil)
 
 // NewMongoSink returns a Sink storing envelopes in coll. coll must have
 // the unique index on fingerprint that EnsureCollection creates: without
@@ -400,11 +302,9 @@ var ErrUnacknowledgedSink = errors.New("envelope: the dead-letter collection's w
 	"the server confirmed nothing, so no envelope is known to be stored; give the sink a collection with w ≥ 1")
 
 // acked returns ErrUnacknowledgedSink for a write the server did not
-// acknowledge, and remembers it: the collection's write concern does not
-// change, so later Puts refuse at once, without sending anything.
-func (s *MongoSink) acked(acknowledged bool) error {
+// acknowledge.
+func acked(acknowledged bool) error {
 	if !acknowledged {
-		s.unacked.Store(true)
 		return ErrUnacknowledgedSink
 	}
 	return nil
@@ -422,260 +322,130 @@ func (s *MongoSink) Collection() *mongo.Collection { return s.coll }
 // ones), an error naming an envelope the redaction hooks made invalid, an
 // error saying that envelopes were still racing after WithUpsertRetries
 // rounds, or an error wrapping ErrIndexMissing (see MongoSink, "Lost
-// indexes"). An empty envs is a no-op. PutEach says which envelopes were
-// stored when some were not.
+// indexes"). A sink whose write came back unacknowledged (w: 0) returns
+// ErrUnacknowledgedSink at once from then on, sending nothing. An empty
+// envs is a no-op.
 func (s *MongoSink) Put(ctx context.Context, envs []Envelope) error {
-	_, err := s.put(ctx, envs, true)
+	err := s.put(ctx, envs)
+	if errors.Is(err, ErrUnacknowledgedSink) {
+		s.unacked.Store(true)
+	}
 	return err
 }
 
-// PutEach is Put reporting per envelope (see PartialSink): entry i is nil
-// when envs[i] is stored (its envelope, merged with the others of its
-// fingerprint, was inserted or updated), and otherwise the reason, a
-// mongo.BulkWriteException holding only that envelope's write error when
-// the server refused it. An envelope the redaction hooks made invalid
-// fails alone. A write concern error, a network error or an
-// unacknowledged write fails every envelope of the statements it
-// concerned: the server confirmed none of them.
-func (s *MongoSink) PutEach(ctx context.Context, envs []Envelope) []error {
-	res, err := s.put(ctx, envs, false)
-	out := make([]error, len(envs))
-	if res == nil {
-		if err != nil {
-			for i := range out {
-				out[i] = err
-			}
-		}
-		return out
-	}
-	for i := range envs {
-		fp := envs[i].Fingerprint
-		if fp == "" {
-			fp = Fingerprint(envs[i].Original, envs[i].IDAssigned)
-		}
-		out[i] = res[fp]
-	}
-	return out
-}
-
-// put stores envs and returns each fingerprint's error (nil: stored; a
-// nil map: the error concerns every envelope) and the error Put returns.
-// all: an envelope that cannot be prepared fails the call before
-// anything is written.
-func (s *MongoSink) put(ctx context.Context, envs []Envelope, all bool) (map[string]error, error) {
+func (s *MongoSink) put(ctx context.Context, envs []Envelope) error {
 	if s.err != nil {
-		return nil, s.err
+		return s.err
 	}
 	if len(envs) == 0 {
-		return nil, nil
+		return nil
 	}
 	if s.unacked.Load() {
-		return nil, ErrUnacknowledgedSink
+		return ErrUnacknowledgedSink
 	}
 	merged := mergeByFingerprint(envs)
-	res := make(map[string]error, len(merged))
-	ready := merged[:0:0]
-	var first error
 	for i := range merged {
 		env, err := prepareForStore(merged[i], s.cfg)
-		if err == nil && !s.cfg.insertFirst {
-			_, err = upsertModel(env) // fails the way the bulk write's marshalling would
-		}
 		if err != nil {
-			if all {
-				return nil, err
-			}
-			res[merged[i].Fingerprint] = err
-			first = cmpOr(first, err)
-			continue
+			return err
 		}
-		res[env.Fingerprint] = nil
-		ready = append(ready, env)
+		merged[i] = env
 	}
-	if len(ready) == 0 {
-		return res, first
-	}
-	unlock := s.lock(ready)
+	unlock := s.lock(merged)
 	defer unlock()
 	if err := s.checkIndexes(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	var failed map[int]error
-	var err error
 	if s.cfg.insertFirst {
-		failed, err = s.putInsertFirst(ctx, ready)
-	} else {
-		failed, err = s.putUpserts(ctx, ready)
+		return s.putInsertFirst(ctx, merged)
 	}
-	for i, ferr := range failed {
-		res[ready[i].Fingerprint] = ferr
-	}
-	return res, cmpOr(first, err)
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
-// failAll returns err for every index of idx.
-func failAll(idx []int, err error) map[int]error {
-	m := make(map[int]error, len(idx))
-	for _, i := range idx {
-		m[i] = err
-	}
-	return m
-}
-
-// oneWriteError returns the error of one statement of a bulk write, as a
-// BulkWriteException holding only that write error.
-func oneWriteError(fp string, we mongo.BulkWriteError, labels []string) error {
-	return fmt.Errorf("envelope: storing the envelope of fingerprint %s: %w", fp,
-		mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}, Labels: labels})
+	return s.putUpserts(ctx, merged)
 }
 
 // putUpserts stores prepared envelopes with one bulk write of upserts,
-// sending again those that failed with a duplicate key. It returns the
-// indexes (into envs) not stored, with why, and the error Put returns.
-func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) (map[int]error, error) {
+// sending again those that failed with a duplicate key.
+func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) error {
 	models := make([]mongo.WriteModel, len(envs))
-	idx := make([]int, len(envs)) // models[k] is envs[idx[k]]
 	for i := range envs {
 		m, err := upsertModel(envs[i])
 		if err != nil {
-			return failAll(allIndexes(len(envs)), err), err
+			return err
 		}
-		models[i], idx[i] = m, i
+		models[i] = m
 	}
-	failed := map[int]error{}
-	var first error
 	for round := 0; ; round++ {
 		res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 		if err == nil {
-			if aerr := s.acked(res.Acknowledged); aerr != nil {
-				maps.Copy(failed, failAll(idx, aerr))
-				return failed, aerr
-			}
-			return failed, first
+			return acked(res.Acknowledged)
 		}
-		werr := fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
-		first = cmpOr(first, werr)
 		var bwe mongo.BulkWriteException
-		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
-			maps.Copy(failed, failAll(idx, werr))
-			return failed, first
+		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 || round >= s.cfg.upsertRetries {
+			return fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
 		}
 		var again []mongo.WriteModel
-		var againIdx []int
-		for _, we := range bwe.WriteErrors {
-			if we.Index < 0 || we.Index >= len(models) {
-				maps.Copy(failed, failAll(idx, werr))
-				return failed, first
+		for _, f := range policy.Extract(err) {
+			if !policy.IsDuplicateKey(f) || f.Index < 0 || f.Index >= len(models) {
+				return fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
 			}
-			i := idx[we.Index]
-			if round < s.cfg.upsertRetries && policy.IsDuplicateKey(policy.Extract(mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}})[0]) {
-				again = append(again, models[we.Index])
-				againIdx = append(againIdx, i)
-				continue
-			}
-			failed[i] = oneWriteError(envs[i].Fingerprint, we, bwe.Labels)
+			again = append(again, models[f.Index])
 		}
-		if len(again) == 0 {
-			return failed, first
-		}
-		models, idx = again, againIdx
-		if len(failed) == 0 {
-			first = nil // only races so far: the next round decides
-		}
+		models = again
 	}
-}
-
-func allIndexes(n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i
-	}
-	return out
 }
 
 // putInsertFirst stores prepared envelopes with one insert, then one
-// update of the recaptured ones (WithInsertFirst). It returns the indexes
-// (into envs) not stored, with why, and the error Put returns.
-func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) (map[int]error, error) {
+// update of the recaptured ones (WithInsertFirst).
+func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) error {
 	docs := make([]bson.Raw, len(envs))
 	for i := range envs {
 		var err error
 		if docs[i], err = bson.Marshal(storedFields(envs[i])); err != nil {
-			err = fmt.Errorf("envelope: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, err)
-			return failAll(allIndexes(len(envs)), err), err
+			return fmt.Errorf("envelope: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, err)
 		}
 	}
-	pending := allIndexes(len(envs))
-	failed := map[int]error{}
-	var first error
+	pending := make([]int, len(envs))
+	for i := range pending {
+		pending[i] = i
+	}
 	for round := 0; ; round++ {
-		dups, ifailed, err := s.insert(ctx, envs, docs, pending)
-		maps.Copy(failed, ifailed)
-		first = cmpOr(first, err)
-		if len(dups) == 0 {
-			return failed, first
+		dups, err := s.insert(ctx, docs, pending)
+		if err != nil || len(dups) == 0 {
+			return err
 		}
 		missing, err := s.update(ctx, envs, dups)
-		if err != nil {
-			maps.Copy(failed, failAll(dups, err))
-			return failed, cmpOr(first, err)
-		}
-		if len(missing) == 0 {
-			return failed, first
+		if err != nil || len(missing) == 0 {
+			return err
 		}
 		if round >= s.cfg.upsertRetries {
-			err := fmt.Errorf("envelope: %d envelopes were inserted and deleted concurrently %d times; giving up", len(missing), round+1)
-			maps.Copy(failed, failAll(missing, err))
-			return failed, cmpOr(first, err)
+			return fmt.Errorf("envelope: %d envelopes were inserted and deleted concurrently %d times; giving up", len(missing), round+1)
 		}
 		pending = missing
 	}
 }
 
 // insert inserts docs[i] for i in idx, unordered, and returns the indexes
-// (into docs) whose insert failed with a duplicate key, those that failed
-// otherwise with why, and the error Put returns for them.
-func (s *MongoSink) insert(ctx context.Context, envs []Envelope, docs []bson.Raw, idx []int) ([]int, map[int]error, error) {
+// (into docs) whose insert failed with a duplicate key.
+func (s *MongoSink) insert(ctx context.Context, docs []bson.Raw, idx []int) ([]int, error) {
 	batch := make([]any, len(idx))
 	for k, i := range idx {
 		batch[k] = docs[i]
 	}
 	res, err := s.coll.InsertMany(ctx, batch, options.InsertMany().SetOrdered(false))
 	if err == nil {
-		if aerr := s.acked(res.Acknowledged); aerr != nil {
-			return nil, failAll(idx, aerr), aerr
-		}
-		return nil, nil, nil
+		return nil, acked(res.Acknowledged)
 	}
-	werr := fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
 	var bwe mongo.BulkWriteException
 	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
-		return nil, failAll(idx, werr), werr
+		return nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
 	}
 	dups := make([]int, 0, len(bwe.WriteErrors))
-	failed := map[int]error{}
-	for _, we := range bwe.WriteErrors {
-		if we.Index < 0 || we.Index >= len(idx) {
-			return nil, failAll(idx, werr), werr
+	for _, f := range policy.Extract(err) {
+		if !policy.IsDuplicateKey(f) || f.Index < 0 || f.Index >= len(idx) {
+			return nil, fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
 		}
-		i := idx[we.Index]
-		if policy.IsDuplicateKey(policy.Extract(mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}})[0]) {
-			dups = append(dups, i)
-			continue
-		}
-		failed[i] = oneWriteError(envs[i].Fingerprint, we, bwe.Labels)
+		dups = append(dups, idx[f.Index])
 	}
-	if len(failed) == 0 {
-		werr = nil
-	}
-	return dups, failed, werr
+	return dups, nil
 }
 
 // update applies the recapture update to the envelopes envs[i], i in
@@ -704,7 +474,7 @@ func (s *MongoSink) update(ctx context.Context, envs []Envelope, idx []int) ([]i
 	if err != nil {
 		return nil, fmt.Errorf("envelope: updating %d recaptured envelopes: %w", len(idx), err)
 	}
-	if err := s.acked(res.Acknowledged); err != nil {
+	if err := acked(res.Acknowledged); err != nil {
 		return nil, err
 	}
 	if res.MatchedCount >= int64(len(idx)) {

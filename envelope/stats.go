@@ -116,7 +116,7 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 	if err := badOriginals(ctx, dlq, q, &st); err != nil {
 		return Summary{}, err
 	}
-	q = bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "original", Value: bson.D{{Key: "$type", Value: "object"}}}}}}}
+	q = bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "$or", Value: hasOriginal()}}}}}
 	cur, err := dlq.Find(ctx, q, options.Find().SetProjection(proj).SetBatchSize(10000))
 	if err != nil {
 		return Summary{}, fmt.Errorf("envelope: stats: %w", err)
@@ -200,11 +200,20 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 	return st, nil
 }
 
+// hasOriginal is the $or that selects envelopes with an original: a
+// document, or its exact bytes (original_raw, binary).
+func hasOriginal() bson.A {
+	return bson.A{
+		bson.D{{Key: "original", Value: bson.D{{Key: "$type", Value: "object"}}}},
+		bson.D{{Key: "original" + rawFormSuffix, Value: bson.D{{Key: "$type", Value: "binData"}}}},
+	}
+}
+
 // badOriginals adds to st the envelopes of q whose original is missing or
 // not a document.
 func badOriginals(ctx context.Context, dlq *mongo.Collection, q bson.D, st *Summary) error {
-	bad := bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "original", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$type", Value: "object"}}}}}}}}}
-	cur, err := dlq.Find(ctx, bad, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "original", Value: 1}}))
+	bad := bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "$nor", Value: hasOriginal()}}}}}
+	cur, err := dlq.Find(ctx, bad, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "original", Value: 1}, {Key: "original" + rawFormSuffix, Value: 1}}))
 	if err != nil {
 		return fmt.Errorf("envelope: stats: %w", err)
 	}
@@ -213,7 +222,10 @@ func badOriginals(ctx context.Context, dlq *mongo.Collection, q bson.D, st *Summ
 		_, err := Decode(cur.Current)
 		var de *DecodeError
 		if !errors.As(err, &de) {
-			continue // cannot happen: the original is not a document
+			// original is absent and original_raw is not binary.
+			id, _ := cur.Current.LookupErr("_id")
+			v, _ := cur.Current.LookupErr("original" + rawFormSuffix)
+			de = &DecodeError{ID: id, Field: "original" + rawFormSuffix, Type: v.Type, Want: "binary (the original's BSON bytes)", Err: ErrWrongType}
 		}
 		st.Undecodable++
 		if len(st.UndecodableErrors) < MaxDecodeErrors {
