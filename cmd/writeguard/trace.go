@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -27,7 +28,7 @@ func startTrace(path string) (hooks.Hooks, func(context.Context) error, error) {
 	if err != nil {
 		return hooks.Hooks{}, nil, fmt.Errorf("trace: %w", err)
 	}
-	exp, err := stdouttrace.New(stdouttrace.WithWriter(scrub.Writer(f)), stdouttrace.WithPrettyPrint())
+	exp, err := stdouttrace.New(stdouttrace.WithWriter(scrubbedWriter{f}), stdouttrace.WithPrettyPrint())
 	if err != nil {
 		f.Close()
 		return hooks.Hooks{}, nil, fmt.Errorf("trace: %w", err)
@@ -42,4 +43,16 @@ func startTrace(path string) (hooks.Hooks, func(context.Context) error, error) {
 	return h, func(ctx context.Context) error {
 		return errors.Join(tp.Shutdown(ctx), f.Close())
 	}, nil
+}
+
+// scrubbedWriter passes each Write through scrubbed: a span's error
+// message keeps neither a -uri's secrets nor a duplicate key's values.
+// The exporter writes each span with one call.
+type scrubbedWriter struct{ w io.Writer }
+
+func (s scrubbedWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(s.w, scrubbed(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
