@@ -237,7 +237,9 @@ func WithInsertFirst() SinkOption {
 // (Reestablished), then stores; when that cannot give back the unique
 // index (e.g. duplicates of a fingerprint already exist), Put stores
 // nothing and returns an error wrapping ErrIndexMissing. A drop between
-// the check and the write is not seen until the next Put.
+// the check and the write is not seen until the next Put. A user not
+// allowed to list indexes (13 Unauthorized; the readWrite role may) gets
+// no check: Put stores as before, and WithLogger's logger is told once.
 //
 // # Partial failures
 //
@@ -252,6 +254,7 @@ type MongoSink struct {
 	setupMu       sync.Mutex   // one re-establishment at a time
 	reestablished atomic.Int64 // Reestablished
 	unacked       atomic.Bool  // a write came back unacknowledged (w: 0)
+	uncheckable   atomic.Bool  // listIndexes refused (13): said once
 }
 
 // sinkStripes is the number of locks MongoSink.Put spreads fingerprints

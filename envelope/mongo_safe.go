@@ -55,15 +55,28 @@ var ErrIndexMissing = errors.New("envelope: the dead-letter collection has no un
 // index (or the whole collection) gone and re-established it.
 func (s *MongoSink) Reestablished() int64 { return s.reestablished.Load() }
 
-// codeNamespaceNotFound is the server's 26 NamespaceNotFound
-// (error_codes.yml), listIndexes' answer for a collection that does not
-// exist.
-const codeNamespaceNotFound = 26
+// Server error codes the index check acts on (mongodb/mongo
+// src/mongo/base/error_codes.yml): 26 NamespaceNotFound, listIndexes'
+// answer for a collection that does not exist; 13 Unauthorized, for a
+// user without the listIndexes action.
+const (
+	codeNamespaceNotFound = 26
+	codeUnauthorized      = 13
+)
 
 // checkIndexes makes sure the unique fingerprint index is there, running
 // EnsureCollection when it is not (see MongoSink, "Lost indexes").
 func (s *MongoSink) checkIndexes(ctx context.Context) error {
 	ok, err := s.hasFingerprintIndex(ctx)
+	if err != nil && hasCode(err, codeUnauthorized) {
+		// A role that may write the DLQ but not list its indexes: the
+		// check cannot be made; storing goes on as before it existed.
+		if s.uncheckable.CompareAndSwap(false, true) && s.cfg.logger != nil {
+			s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "envelope: not allowed to list the dead-letter collection's indexes (13 Unauthorized): a lost unique fingerprint index will not be noticed; grant listIndexes",
+				slog.String("namespace", s.coll.Database().Name()+"."+s.coll.Name()))
+		}
+		return nil
+	}
 	if err != nil || ok {
 		return err
 	}

@@ -157,3 +157,26 @@ func TestDLSinkPutEachPartial(t *testing.T) {
 		})
 	}
 }
+
+// TestDLSinkIndexCheckUnauthorized: a user who may write the DLQ but not
+// list its indexes (13 Unauthorized, through the proxy) still stores; the
+// sink says once that it cannot check.
+func TestDLSinkIndexCheckUnauthorized(t *testing.T) {
+	b := newDLBed(t, nil)
+	b.proxy.SetScript(faultproxy.MustScript(
+		faultproxy.On("listIndexes").In(b.dbName+"."+dlDLQ).Always().Do(faultproxy.ErrorReply(faultproxy.CommandError{Code: 13, CodeName: "Unauthorized", Message: "not authorized"})),
+	))
+	var logged bytes.Buffer
+	sink := envelope.NewMongoSink(b.adb.Collection(dlDLQ), envelope.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	for i := 1; i <= 2; i++ {
+		if err := sink.Put(b.ctx, []envelope.Envelope{dlEnvelope(t, i, "A")}); err != nil {
+			t.Fatalf("Put %d: %v", i, err)
+		}
+	}
+	if n := b.count(dlDLQ, bson.D{}); n != 2 {
+		t.Errorf("%d envelopes stored, want 2", n)
+	}
+	if n := strings.Count(logged.String(), "13 Unauthorized"); n != 1 {
+		t.Errorf("said %d times that it cannot check, want once: %q", n, logged.String())
+	}
+}
