@@ -164,7 +164,7 @@ func TestDLSinkPutEachPartial(t *testing.T) {
 func TestDLSinkIndexCheckUnauthorized(t *testing.T) {
 	b := newDLBed(t, nil)
 	b.proxy.SetScript(faultproxy.MustScript(
-		faultproxy.On("listIndexes").In(b.dbName+"."+dlDLQ).Always().Do(faultproxy.ErrorReply(faultproxy.CommandError{Code: 13, CodeName: "Unauthorized", Message: "not authorized"})),
+		faultproxy.On("listIndexes").In(b.dbName + "." + dlDLQ).Always().Do(faultproxy.ErrorReply(faultproxy.CommandError{Code: 13, CodeName: "Unauthorized", Message: "not authorized"})),
 	))
 	var logged bytes.Buffer
 	sink := envelope.NewMongoSink(b.adb.Collection(dlDLQ), envelope.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
