@@ -42,6 +42,9 @@ func (e *DecodeError) Error() string {
 	if e.Field == "" {
 		return fmt.Sprintf("envelope _id %s cannot be decoded: %v", id, e.Err)
 	}
+	if e.Type == 0 {
+		return fmt.Sprintf("envelope _id %s cannot be decoded: field %s is missing; want %s", id, e.Field, e.Want)
+	}
 	return fmt.Sprintf("envelope _id %s cannot be decoded: field %s holds a BSON %s; want %s", id, e.Field, e.Type, e.Want)
 }
 
@@ -49,8 +52,11 @@ func (e *DecodeError) Error() string {
 func (e *DecodeError) Unwrap() error { return e.Err }
 
 // ErrWrongType is the Err of a DecodeError for a field of the wrong BSON
-// type.
-var ErrWrongType = errors.New("envelope: field of the wrong BSON type")
+// type; ErrMissingOriginal for an envelope without an original.
+var (
+	ErrWrongType       = errors.New("envelope: field of the wrong BSON type")
+	ErrMissingOriginal = errors.New("envelope: no original")
+)
 
 // maxIDString bounds IDString's result, in bytes.
 const maxIDString = 96
@@ -90,28 +96,70 @@ func IDString(id bson.RawValue) string {
 // collection, as MongoSink writes it). A document whose field has the
 // wrong BSON type, or that is not valid BSON, gives a *DecodeError naming
 // its _id and the field (the first such field in document order); the
-// other envelopes of a batch are not affected. An original, errInfo or
-// call options kept as exact bytes (original_raw, ...) are read back into
-// Original, ErrInfo and CallOptions. Fields Envelope does not know are
-// ignored.
+// other envelopes of a batch are not affected. An envelope without an
+// original is a DecodeError too (Field "original", Type 0,
+// ErrMissingOriginal): there is nothing to replay. Fields Envelope does
+// not know are ignored. An original, errInfo or call options kept as
+// exact bytes (original_raw, ...) are read back into Original, ErrInfo
+// and CallOptions.
 func Decode(raw bson.Raw) (Envelope, error) {
+	env, err := decode(raw)
+	if err != nil {
+		return env, err
+	}
+	if err := checkOriginal(raw); err != nil {
+		return Envelope{}, err
+	}
+	return env, nil
+}
+
+// decode is Decode without the check for an original (for projections
+// without it).
+func decode(raw bson.Raw) (Envelope, error) {
 	var env Envelope
-	id, _ := raw.LookupErr("_id")
 	if err := raw.Validate(); err != nil {
-		return Envelope{}, &DecodeError{ID: validOrNone(id), Err: err}
+		return Envelope{}, decodeFailure(raw, err)
 	}
-	err := bson.Unmarshal(raw, &env)
-	if err == nil {
-		if derr := decodeExact(raw, &env); derr != nil {
-			return Envelope{}, derr
-		}
-		return env, nil
+	if err := bson.Unmarshal(raw, &env); err != nil {
+		return Envelope{}, decodeFailure(raw, err)
 	}
-	if derr := findBadField(raw, id); derr != nil {
+	if derr := decodeExact(raw, &env); derr != nil {
 		return Envelope{}, derr
 	}
-	return Envelope{}, &DecodeError{ID: id, Err: err}
+	return env, nil
 }
+
+// decodeFailure turns err, the failure to decode raw, into a
+// *DecodeError naming raw's _id and the first field that does not decode
+// (none when raw is not valid BSON).
+func decodeFailure(raw bson.Raw, err error) error {
+	id, _ := raw.LookupErr("_id")
+	if raw.Validate() != nil {
+		return &DecodeError{ID: validOrNone(id), Err: err}
+	}
+	if derr := findBadField(raw, id); derr != nil {
+		return derr
+	}
+	return &DecodeError{ID: id, Err: err}
+}
+
+// checkOriginal returns a *DecodeError (ErrMissingOriginal) when raw
+// holds no original, in either stored form (original, or its exact
+// bytes in original_raw).
+func checkOriginal(raw bson.Raw) error {
+	if _, err := raw.LookupErr("original"); err == nil {
+		return nil
+	}
+	if _, err := raw.LookupErr("original" + rawFormSuffix); err == nil {
+		return nil
+	}
+	id, _ := raw.LookupErr("_id")
+	return &DecodeError{ID: id, Field: "original", Want: envelopeFields()["original"].want, Err: ErrMissingOriginal}
+}
+
+// rawFormSuffix names the field that holds a document field's exact bytes
+// when the server would not take it as a sub-document (original_raw).
+const rawFormSuffix = "_raw"
 
 func validOrNone(v bson.RawValue) bson.RawValue {
 	if v.Validate() != nil {

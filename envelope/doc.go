@@ -42,6 +42,25 @@
 // (Binary); and an envelope over 16 MiB gives up its diagnostics before
 // its original (Cut). Decode reads every format back.
 //
+// What each sink confirms (a nil error from Put, a nil entry from
+// PutEach) it can give back:
+//
+//	sink       confirms an envelope when                    after a failure
+//	FileSink   its line was written whole and fsynced     a torn last line is ended before the
+//	                                                        next line; ReadFile skips and reports it
+//	MongoSink  the server acknowledged its statement       the lost unique fingerprint index is
+//	           (w ≥ 1) with the unique fingerprint index    re-established before storing, or nothing
+//	           in place                                     is stored (ErrIndexMissing)
+//
+// PartialSink (both sinks) reports a gathered Put per envelope, and the
+// function PutEach calls it when a sink has it, so that the envelopes a
+// sink stored count as stored even when others of the same Put were not.
+//
+// Decode reads a stored envelope; one that cannot be decoded (a field of
+// the wrong type) is a *DecodeError naming its _id and the field, never
+// the value: Stats counts such envelopes apart, DiscardIDs takes them out
+// of the way.
+//
 // Filter selects envelopes (by keyword, path, code, namespace, status,
 // age) for Stats, which summarises a backlog, for Discard, which gives
 // envelopes up, and for package replay, which writes them to their target

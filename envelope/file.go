@@ -305,13 +305,17 @@ func docField(doc bson.Raw) (json.RawMessage, []byte, error) {
 	return js, nil, nil
 }
 
-// UnmarshalLine decodes one line written by MarshalLine.
+// UnmarshalLine decodes one line written by MarshalLine. A line without
+// an original is an error (ErrMissingOriginal).
 func UnmarshalLine(line []byte) (Envelope, error) {
 	var l fileLine
 	if err := json.Unmarshal(line, &l); err != nil {
 		return Envelope{}, err
 	}
 	env := l.Envelope
+	if len(l.Original) == 0 && len(l.OriginalBSON) == 0 {
+		return Envelope{}, ErrMissingOriginal // every line MarshalLine writes has one
+	}
 	var err error
 	if env.Original, err = docFromLine(l.Original, l.OriginalBSON); err != nil {
 		return Envelope{}, fmt.Errorf("original: %w", err)

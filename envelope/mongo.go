@@ -14,7 +14,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/writeguard/writeguard/policy"
 )
@@ -135,39 +134,6 @@ func WithInsertFirst() SinkOption {
 	return sinkOptionFunc(func(c *sinkConfig) { c.insertFirst = true })
 }
 
-// WithSetup sets the options (WithTTL, WithoutValidator, ...) with which
-// MongoSink re-establishes the dead-letter collection and its indexes when
-// it finds its unique fingerprint index gone (see MongoSink, "Lost
-// indexes"). Default: EnsureCollection's defaults. Give the options the
-// collection was set up with. Ignored by FileSink.
-func WithSetup(opts ...SetupOption) SinkOption {
-	return sinkOptionFunc(func(c *sinkConfig) {
-		for i, o := range opts {
-			if o == nil {
-				c.errs = append(c.errs, fmt.Errorf("envelope: WithSetup: option %d is nil", i))
-				return
-			}
-		}
-		c.setup = append([]SetupOption(nil), opts...)
-	})
-}
-
-// WithLogger sets the logger MongoSink tells, at level Warn, that it
-// found the dead-letter collection's unique fingerprint index gone and
-// what re-establishing it did (the SetupReport), or why it refuses to
-// store. Default: no logging (Put's error and Reestablished still say
-// so). A nil logger is an error. Ignored by FileSink.
-func WithLogger(l *slog.Logger) SinkOption {
-	return sinkOptionFunc(func(c *sinkConfig) {
-		if l == nil {
-			c.errs = append(c.errs, errors.New("envelope: WithLogger(nil)"))
-			return
-		}
-		c.logger = l
-	})
-}
-
-// MongoSink is a Sink that stores envelopes in a MongoDB collection, the
 // dead-letter collection (DLQ), prepared by EnsureCollection. It is safe
 // for concurrent use.
 //
@@ -283,82 +249,19 @@ func WithLogger(l *slog.Logger) SinkOption {
 // (Reestablished), then stores; when that cannot give back the unique
 // index (e.g. duplicates of a fingerprint already exist), Put stores
 // nothing and returns an error wrapping ErrIndexMissing. A drop between
-// the check and the write is not seen until the next Put.
+// the check and the write is not seen until the next Put. A user not
+// allowed to list indexes (13 Unauthorized; the readWrite role may) gets
+// no check: Put stores as before, and WithLogger's logger is told once.
 type MongoSink struct {
 	coll    *mongo.Collection
 	cfg     sinkConfig
 	err     error // a construction error every Put returns
 	stripes [sinkStripes]sync.Mutex
 
-	setupMu       sync.Mutex // one re-establishment at a time
-	reestablished atomic.Int64
-	unacked       atomic.Bool // a write came back unacknowledged (w: 0)
-}
-
-// ErrIndexMissing is wrapped by MongoSink.Put's error when the dead-letter
-// collection's unique fingerprint index is gone and re-establishing it
-// failed: the sink stores nothing rather than envelopes a later capture
-// or replay could duplicate.
-var ErrIndexMissing = errors.New("envelope: the dead-letter collection has no unique index on fingerprint")
-
-// Reestablished returns how many times s found the unique fingerprint
-// index (or the whole collection) gone and re-established it.
-func (s *MongoSink) Reestablished() int64 { return s.reestablished.Load() }
-
-// codeNamespaceNotFound is the server's 26 NamespaceNotFound
-// (error_codes.yml), listIndexes' answer for a collection that does not
-// exist.
-const codeNamespaceNotFound = 26
-
-// checkIndexes makes sure the unique fingerprint index is there, running
-// EnsureCollection when it is not (see MongoSink, "Lost indexes").
-func (s *MongoSink) checkIndexes(ctx context.Context) error {
-	ok, err := s.hasFingerprintIndex(ctx)
-	if err != nil || ok {
-		return err
-	}
-	s.setupMu.Lock()
-	defer s.setupMu.Unlock()
-	if ok, err := s.hasFingerprintIndex(ctx); err != nil || ok {
-		return err // re-established meanwhile by another Put
-	}
-	ns := s.coll.Database().Name() + "." + s.coll.Name()
-	rep, err := EnsureCollection(ctx, s.coll.Database(), s.coll.Name(), s.cfg.setup...)
-	st := rep.State(FeatureFingerprintIndex)
-	if err == nil && st != FeatureApplied && st != FeatureAlready {
-		err = fmt.Errorf("fingerprint index %s", st)
-	}
-	if err != nil {
-		if s.cfg.logger != nil {
-			s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "envelope: the dead-letter collection lost its unique fingerprint index and it could not be re-established; storing nothing",
-				slog.String("namespace", ns), slog.String("error", err.Error()))
-		}
-		return fmt.Errorf("%w (%s), and re-establishing it failed; nothing stored: %w", ErrIndexMissing, ns, err)
-	}
-	s.reestablished.Add(1)
-	if s.cfg.logger != nil {
-		s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "envelope: the dead-letter collection had lost its unique fingerprint index (dropped?); re-established it before storing",
-			slog.String("namespace", ns), slog.String("setup", rep.String()))
-	}
-	return nil
-}
-
-// hasFingerprintIndex lists the collection's indexes and reports whether
-// the unique index on {fingerprint: 1} is among them (false, nil for a
-// collection that does not exist).
-func (s *MongoSink) hasFingerprintIndex(ctx context.Context) (bool, error) {
-	// Through an acknowledged clone: under w: 0 the driver would not wait
-	// for listIndexes' reply either (the write itself then reports
-	// ErrUnacknowledgedSink).
-	idx, err := listIndexes(ctx, s.coll.Clone(options.Collection().SetWriteConcern(writeconcern.W1())))
-	if err != nil {
-		if hasCode(err, codeNamespaceNotFound) {
-			return false, nil
-		}
-		return false, fmt.Errorf("envelope: checking the dead-letter collection's indexes: %w", err)
-	}
-	ex := findIndex(idx, []keyField{{"fingerprint", 1}})
-	return ex != nil && ex.Unique, nil
+	setupMu       sync.Mutex   // one re-establishment at a time
+	reestablished atomic.Int64 // Reestablished
+	unacked       atomic.Bool  // a write came back unacknowledged (w: 0)
+	uncheckable   atomic.Bool  // listIndexes refused (13): said once
 }
 
 // sinkStripes is the number of locks MongoSink.Put spreads fingerprints

@@ -119,17 +119,24 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 		{Key: "namespace", Value: 1}, {Key: "first_seen", Value: 1}, {Key: "attempts", Value: 1},
 		{Key: FieldReplayHold, Value: 1},
 	}
+	var st Summary
+	// The original is not read for the counts: the envelopes whose
+	// original is missing or not a document are found with a query of
+	// their own (they are few) and left out of the counts.
+	if err := badOriginals(ctx, dlq, q, &st); err != nil {
+		return Summary{}, err
+	}
+	q = bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "$or", Value: hasOriginal()}}}}}
 	cur, err := dlq.Find(ctx, q, options.Find().SetProjection(proj).SetBatchSize(10000))
 	if err != nil {
 		return Summary{}, fmt.Errorf("envelope: stats: %w", err)
 	}
 	defer cur.Close(ctx)
 
-	var st Summary
 	byStatus, byKeyword, byPath, byNS := groupCounter{}, groupCounter{}, groupCounter{}, groupCounter{}
 	byCode := map[int32]*CodeGroup{}
 	for cur.Next(ctx) {
-		e, err := Decode(cur.Current)
+		e, err := decode(cur.Current)
 		if err != nil {
 			var de *DecodeError
 			if !errors.As(err, &de) {
@@ -211,6 +218,45 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 		return a.Code < b.Code
 	})
 	return st, nil
+}
+
+// hasOriginal is the $or that selects envelopes with an original: a
+// document, or its exact bytes (original_raw, binary).
+func hasOriginal() bson.A {
+	return bson.A{
+		bson.D{{Key: "original", Value: bson.D{{Key: "$type", Value: "object"}}}},
+		bson.D{{Key: "original" + rawFormSuffix, Value: bson.D{{Key: "$type", Value: "binData"}}}},
+	}
+}
+
+// badOriginals adds to st the envelopes of q whose original is missing or
+// not a document.
+func badOriginals(ctx context.Context, dlq *mongo.Collection, q bson.D, st *Summary) error {
+	bad := bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "$nor", Value: hasOriginal()}}}}}
+	cur, err := dlq.Find(ctx, bad, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "original", Value: 1}, {Key: "original" + rawFormSuffix, Value: 1}}))
+	if err != nil {
+		return fmt.Errorf("envelope: stats: %w", err)
+	}
+	defer cur.Close(ctx)
+	for cur.Next(ctx) {
+		_, err := Decode(cur.Current)
+		var de *DecodeError
+		if !errors.As(err, &de) {
+			// original is absent and original_raw is not binary.
+			id, _ := cur.Current.LookupErr("_id")
+			v, _ := cur.Current.LookupErr("original" + rawFormSuffix)
+			de = &DecodeError{ID: id, Field: "original" + rawFormSuffix, Type: v.Type, Want: "binary (the original's BSON bytes)", Err: ErrWrongType}
+		}
+		st.Undecodable++
+		if len(st.UndecodableErrors) < MaxDecodeErrors {
+			de.ID = bson.RawValue{Type: de.ID.Type, Value: append([]byte(nil), de.ID.Value...)}
+			st.UndecodableErrors = append(st.UndecodableErrors, de)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("envelope: stats: %w", err)
+	}
+	return nil
 }
 
 type groupCounter map[string]*Group

@@ -165,14 +165,35 @@ func firstMismatch(n *node, a bson.A) (int, bool) {
 	return 0, false
 }
 
-// firstDuplicate returns the first element equal to an earlier one.
+// firstDuplicate returns the first element equal (valuesEqual) to an
+// earlier one. Each element is reduced to a canonical key (equalKey) that
+// equal values share, and looked up in a map: time and memory linear in
+// the array's size (n log n for the field names of embedded documents),
+// where comparing every pair took 19 s for 40,000 elements
+// (BenchmarkUniqueItems16MiB). A key hit is confirmed with valuesEqual.
 func firstDuplicate(a bson.A) (any, bool) {
-	for i := range a {
-		for j := 0; j < i; j++ {
-			if valuesEqual(a[j], a[i]) {
-				return a[i], true
+	first := make(map[string]int, len(a))
+	var more map[string][]int // keys shared by unequal values (none known)
+	var b []byte
+	for i, v := range a {
+		b = equalKey(b[:0], v)
+		j, ok := first[string(b)]
+		if !ok {
+			first[string(b)] = i
+			continue
+		}
+		if valuesEqual(a[j], v) {
+			return v, true
+		}
+		for _, j := range more[string(b)] {
+			if valuesEqual(a[j], v) {
+				return v, true
 			}
 		}
+		if more == nil {
+			more = map[string][]int{}
+		}
+		more[string(b)] = append(more[string(b)], i)
 	}
 	return nil, false
 }

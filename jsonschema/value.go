@@ -2,6 +2,7 @@ package jsonschema
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
 	"math/big"
 	"sort"
@@ -265,15 +266,34 @@ func compareNumbers(a, b number) int {
 	}
 	ab, bb := a.big(), b.big()
 	if ab == nil || bb == nil {
-		switch {
-		case a.f < b.f:
-			return -1
-		case a.f > b.f:
-			return 1
-		}
-		return 0
+		// An infinity: above (below) every finite number, a Decimal128
+		// beyond the double range included (the server compares a
+		// double with a Decimal128 as Decimal128s).
+		return cmpInt(infSign(a, ab), infSign(b, bb))
 	}
 	return ab.Cmp(bb)
+}
+
+// infSign is +1 for +Inf, -1 for -Inf, 0 for a finite number (bf, its
+// big form, is nil only for infinities here).
+func infSign(n number, bf *big.Float) int {
+	switch {
+	case bf != nil:
+		return 0
+	case n.f > 0:
+		return 1
+	}
+	return -1
+}
+
+func cmpInt(a, b int) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // canonicalRank is the server's canonical type order (canonicalizeBSONType):
@@ -351,6 +371,95 @@ func valuesEqual(a, b any) bool {
 	}
 	// Everything else: compare the encoded value bytes.
 	return rawEqual(a, b)
+}
+
+// equalKey appends to b a key of v such that valuesEqual(x, y) holds
+// exactly when equalKey(x) == equalKey(y): the canonical rank, then
+// numbers by exact value (a whole number within int64 as its 8 bytes,
+// others as the 'p' form of the big.Float compareNumbers compares, which
+// does not depend on precision; NaNs one key, infinities one per sign),
+// strings and symbols by content, embedded documents by their fields
+// sorted by name (stable, as docsEqualUnordered), arrays element by
+// element, other types by their BSON bytes. Variable-length parts are
+// length-prefixed, so two different sequences never give one key. Cost:
+// linear in v's size (n log n for the field names of each document).
+func equalKey(b []byte, v any) []byte {
+	t := typeOf(v)
+	b = append(b, byte(canonicalRank(t)+1))
+	switch {
+	case isNumeric(t):
+		return numberKey(b, v)
+	case t == tString || t == tSymbol:
+		return appendPart(b, stringOf(v))
+	case t == tObject:
+		d := v.(bson.D)
+		if !sort.SliceIsSorted(d, func(i, j int) bool { return d[i].Key < d[j].Key }) {
+			d = append(bson.D(nil), d...)
+			sort.SliceStable(d, func(i, j int) bool { return d[i].Key < d[j].Key })
+		}
+		b = binary.AppendUvarint(b, uint64(len(d)))
+		for _, e := range d {
+			b = appendPart(b, e.Key)
+			at := len(b)
+			b = append(b, 0, 0, 0, 0)
+			b = equalKey(b, e.Value)
+			binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+		}
+		return b
+	case t == tArray:
+		a := v.(bson.A)
+		b = binary.AppendUvarint(b, uint64(len(a)))
+		for _, e := range a {
+			at := len(b)
+			b = append(b, 0, 0, 0, 0)
+			b = equalKey(b, e)
+			binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+		}
+		return b
+	case t == tNull || t == tUndefined || t == tMinKey || t == tMaxKey:
+		return b
+	}
+	raw, err := bson.Marshal(bson.D{{Key: "v", Value: v}})
+	if err != nil {
+		return append(b, '?')
+	}
+	return appendPart(b, string(raw))
+}
+
+// numberKey appends the key of a number (see equalKey).
+func numberKey(b []byte, v any) []byte {
+	whole := func(i int64) []byte { return binary.BigEndian.AppendUint64(append(b, 'Z'), uint64(i)) }
+	switch x := v.(type) {
+	case int32:
+		return whole(int64(x))
+	case int64:
+		return whole(x)
+	case int:
+		return whole(int64(x))
+	case float64:
+		if x == math.Trunc(x) && x >= -(1<<63) && x < 1<<63 {
+			return whole(int64(x)) // -0 too
+		}
+	}
+	n, _ := toNumber(v)
+	bf := n.big()
+	switch {
+	case n.nan:
+		return append(b, 'N')
+	case bf == nil: // an infinity
+		return strconv.AppendBool(append(b, 'I'), n.f > 0)
+	case bf.IsInt():
+		if i, acc := bf.Int64(); acc == big.Exact {
+			return whole(i)
+		}
+	}
+	return appendPart(append(b, 'V'), bf.Text('p', 0))
+}
+
+// appendPart appends p with its length before it.
+func appendPart(b []byte, p string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(p)))
+	return append(b, p...)
 }
 
 func stringOf(v any) string {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -157,6 +158,10 @@ type dlqFlags struct {
 
 	// telemetry: --metrics-addr, --otlp-endpoint, --linger
 	tel telemetryFlags
+
+	// list, discard: envelopes that cannot be decoded; discard: by _id
+	undecodable bool
+	ids         listFlag
 }
 
 var dlqCommandHelp = map[string]string{
@@ -168,15 +173,20 @@ by status, failing keyword, failing path, error code and namespace.
 	"list": `Usage: writeguard dlq list [flags]
 
 Lists the envelopes the filters select, newest first (every status unless
---status says), at most --limit of them.
+--status says), at most --limit of them. An envelope that cannot be
+decoded (a field of the wrong type: a hand-edited or foreign document) is
+listed as UNDECODABLE with its _id and the field; --undecodable lists only
+those.
 `,
 	"show": `Usage: writeguard dlq show [flags] ID
 
 Shows one envelope in full, its original document and the server's errInfo
 as Extended JSON. ID is a fingerprint or any unique prefix of one (hex
 digits, either case), the dead-lettered document's _id, or the envelope's
-id (list --json). An ambiguous prefix is a usage error naming the
-envelopes it matches; no match exits 1.
+id (list --json, or as list prints an undecodable envelope's _id). An
+ambiguous prefix is a usage error naming the envelopes it matches; no
+match exits 1. An envelope that cannot be decoded is shown as stored, with
+the field that is wrong.
 `,
 	"replay": `Usage: writeguard dlq replay [flags]
 
@@ -234,6 +244,11 @@ An envelope a running replay holds is not discarded: the replay writes it
 or records why not. The command says how many it left and exits 1; run it
 again once the replay has ended. (--status quarantined discards
 quarantined envelopes.)
+
+--id ID discards the envelope with that _id, and --undecodable every
+envelope the filters select that cannot be decoded, whatever their status
+(but replayed): the way to take a hand-edited or foreign envelope out of
+the way.
 `,
 }
 
@@ -314,11 +329,14 @@ func dlqFlagSet(cmd string, f *dlqFlags) *flag.FlagSet {
 	switch cmd {
 	case "list":
 		fs.IntVar(&f.limit, "limit", 20, "list at most `N` envelopes (0: all)")
+		fs.BoolVar(&f.undecodable, "undecodable", false, "list only the envelopes that cannot be decoded (a field of the wrong type)")
 	case "replay":
 		addReplayFlags(fs, f)
 	case "discard":
 		fs.BoolVar(&f.dryRun, "dry-run", false, "discard nothing; say how many envelopes would be discarded")
 		fs.BoolVar(&f.all, "all", false, "discard every pending envelope (when no filter is given)")
+		fs.BoolVar(&f.undecodable, "undecodable", false, "discard the envelopes that cannot be decoded (a field of the wrong type), whatever their status")
+		fs.Var(&f.ids, "id", "discard the envelope with this `_id` (list --json's id, or as dlq list prints it), whatever it holds; repeatable")
 	}
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), dlqCommandHelp[cmd])
@@ -364,8 +382,16 @@ func checkDLQArgs(cmd string, pos []string, f dlqFlags) (envelope.Filter, bson.D
 	if msg := checkStatuses(cmd, f.statuses); msg != "" {
 		return none, nil, msg
 	}
-	if cmd == "discard" && filter.IsZero() && !f.all {
-		return none, nil, "no filter: give -keyword/-path/-code/-namespace/-older-than/... or -all to discard every pending envelope"
+	if cmd == "discard" && filter.IsZero() && !f.all && !f.undecodable && len(f.ids) == 0 {
+		return none, nil, "no filter: give -keyword/-path/-code/-namespace/-older-than/..., -id, -undecodable, or -all to discard every pending envelope"
+	}
+	if cmd == "discard" && len(f.ids) > 0 && (!filter.IsZero() || f.all || f.undecodable) {
+		return none, nil, "-id selects envelopes by _id alone: drop the other filters, -all and -undecodable"
+	}
+	for _, id := range f.ids {
+		if _, err := parseEnvelopeID(id); err != nil {
+			return none, nil, fmt.Sprintf("-id %s: %v", id, err)
+		}
 	}
 	if f.validator == "" {
 		return filter, nil, ""
@@ -449,6 +475,10 @@ func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter
 			out["oldest_pending"] = s.OldestPending
 			out["oldest_pending_age_seconds"] = int64(s.OldestPendingAge.Seconds())
 		}
+		if s.Undecodable > 0 {
+			out["undecodable"] = s.Undecodable
+			out["undecodable_envelopes"] = decodeProblems(s.UndecodableErrors)
+		}
 		if err := writeJSON(stdout, out); err != nil {
 			return failure(stderr, "dlq stats", err)
 		}
@@ -462,6 +492,12 @@ func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter
 		fmt.Fprintf(stdout, "; %s quarantined, %s held for an operator", n(s.Quarantined), n(s.Held))
 	}
 	fmt.Fprintln(stdout)
+	if s.Undecodable > 0 {
+		fmt.Fprintf(stdout, "%s cannot be decoded (not counted above): 'writeguard dlq list --undecodable' lists them\n", plural(s.Undecodable, "envelope"))
+		for _, de := range s.UndecodableErrors[:min(len(s.UndecodableErrors), 5)] {
+			fmt.Fprintf(stdout, "  %s\n", de.Error())
+		}
+	}
 	width := 12
 	for _, gs := range [][]envelope.Group{s.ByKeyword, s.ByPath, s.ByNamespace} {
 		for _, g := range gs {
@@ -540,12 +576,55 @@ type listed struct {
 	ReplayFailures int    `json:"replay_failures,omitempty"`
 	ReplayReason   string `json:"replay_reason,omitempty"`
 	ReplayHold     string `json:"replay_hold,omitempty"`
+	// DecodeError says why the envelope cannot be decoded (the other
+	// fields are then empty but id, and fingerprint and status when they
+	// are strings).
+	DecodeError *decodeProblem `json:"decode_error,omitempty"`
 }
 
+// decodeProblem is an envelope.DecodeError in JSON: which envelope, which
+// field, what it holds and what it should; never the value.
+type decodeProblem struct {
+	ID      string `json:"id"`
+	Field   string `json:"field,omitempty"`
+	Type    string `json:"type,omitempty"`
+	Want    string `json:"want,omitempty"`
+	Message string `json:"message"`
+}
+
+func toProblem(de *envelope.DecodeError) *decodeProblem {
+	p := &decodeProblem{ID: envelope.IDString(de.ID), Field: de.Field, Want: de.Want, Message: de.Error()}
+	switch {
+	case de.Field != "" && de.Type == 0:
+		p.Type = "missing"
+	case de.Field != "":
+		p.Type = de.Type.String()
+	}
+	return p
+}
+
+func decodeProblems(des []*envelope.DecodeError) []*decodeProblem {
+	out := make([]*decodeProblem, len(des))
+	for i, de := range des {
+		out[i] = toProblem(de)
+	}
+	return out
+}
+
+// toListed decodes a stored envelope for list and show. One that cannot
+// be decoded is data too: it is returned with DecodeError set, and
+// the error is nil.
 func toListed(raw bson.Raw) (listed, error) {
 	e, err := envelope.Decode(raw)
 	if err != nil {
-		return listed{}, err
+		var de *envelope.DecodeError
+		if !errors.As(err, &de) {
+			return listed{}, err
+		}
+		l := listed{ID: rawString(raw.Lookup("_id")), DecodeError: toProblem(de), FailingKeywords: []string{}, FailingPaths: []string{}}
+		l.Fingerprint, _ = raw.Lookup("fingerprint").StringValueOK()
+		l.Status, _ = raw.Lookup("status").StringValueOK()
+		return l, nil
 	}
 	return listed{
 		ID: rawString(raw.Lookup("_id")), Fingerprint: e.Fingerprint, DocumentID: rawString(e.DocumentID),
@@ -584,10 +663,11 @@ func dlqList(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter,
 	if err != nil {
 		return usageError(stderr, "dlq list", "%v", err)
 	}
+	// Whole envelopes (original included): an original of the wrong type
+	// is an undecodable envelope too. err_info is not decoded.
 	fo := options.Find().SetSort(bson.D{{Key: "last_seen", Value: -1}, {Key: "_id", Value: -1}}).
-		SetProjection(bson.D{{Key: "original", Value: 0}, {Key: "err_info", Value: 0},
-			{Key: "original_raw", Value: 0}, {Key: "err_info_raw", Value: 0}})
-	if f.limit > 0 {
+		SetProjection(bson.D{{Key: "err_info", Value: 0}, {Key: "err_info_raw", Value: 0}})
+	if f.limit > 0 && !f.undecodable {
 		fo.SetLimit(int64(f.limit))
 	}
 	cur, err := dlq.Find(ctx, q, fo)
@@ -601,7 +681,13 @@ func dlqList(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter,
 		if err != nil {
 			return failure(stderr, "dlq list", fmt.Errorf("decode envelope: %w", err))
 		}
+		if f.undecodable && l.DecodeError == nil {
+			continue
+		}
 		items = append(items, l)
+		if f.limit > 0 && len(items) == f.limit {
+			break
+		}
 	}
 	if err := cur.Err(); err != nil {
 		return failure(stderr, "dlq list", err)
@@ -617,13 +703,25 @@ func dlqList(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter,
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "FINGERPRINT\tDOCUMENT _ID\tSTATUS\tCODE\tKEYWORDS\tPATHS\tATTEMPTS\tLAST SEEN\tNAMESPACE")
+	var bad []*decodeProblem
 	for _, l := range items {
+		if l.DecodeError != nil {
+			bad = append(bad, l.DecodeError)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\n", orDash(l.Fingerprint[:min(12, len(l.Fingerprint))]), "?", "UNDECODABLE")
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\n", l.Fingerprint[:min(12, len(l.Fingerprint))], l.DocumentID,
 			l.Status, l.Code, strings.Join(l.FailingKeywords, ","), strings.Join(l.FailingPaths, ","), l.Attempts,
 			l.LastSeen.UTC().Format(time.RFC3339), l.Namespace)
 	}
 	tw.Flush()
+	for _, p := range bad {
+		fmt.Fprintf(stdout, "%s\n  (writeguard dlq show %s; writeguard dlq discard --id %s)\n", p.Message, shellWord(p.ID), shellWord(p.ID))
+	}
 	fmt.Fprintf(stdout, "%s listed", plural(len(items), "envelope"))
+	if len(bad) > 0 {
+		fmt.Fprintf(stdout, ", %d undecodable", len(bad))
+	}
 	if f.limit > 0 && len(items) == f.limit {
 		fmt.Fprintf(stdout, " (limit %d; -limit 0 lists all)", f.limit)
 	}
@@ -727,7 +825,65 @@ func findEnvelope(ctx context.Context, dlq *mongo.Collection, id string) ([]bson
 			err = find(bson.D{{Key: "$or", Value: bson.A{bson.D{{Key: "document_id", Value: oid}}, bson.D{{Key: "_id", Value: oid}}}}})
 		}
 	}
+	if err == nil && len(found) == 0 {
+		// The envelope's own _id as dlq list prints it (an undecodable
+		// envelope's, say): a string, or Extended JSON.
+		if ids, perr := parseEnvelopeID(id); perr == nil {
+			in := make(bson.A, len(ids))
+			for i, v := range ids {
+				in[i] = v
+			}
+			err = find(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}})
+		}
+	}
 	return found, err
+}
+
+// parseEnvelopeID reads an envelope _id as dlq list prints it (envelope.
+// IDString): an ObjectID's hex, a string (quoted or not), or any other
+// value as Extended JSON ({"$numberLong": "7"}). It returns the values it
+// may stand for.
+func parseEnvelopeID(s string) ([]bson.RawValue, error) {
+	if s == "" {
+		return nil, errors.New("empty _id")
+	}
+	if strings.HasPrefix(s, "{") || strings.HasPrefix(s, "[") || strings.HasPrefix(s, `"`) {
+		var doc bson.Raw
+		if err := bson.UnmarshalExtJSON([]byte(`{"v":`+s+`}`), false, &doc); err != nil {
+			return nil, fmt.Errorf("not an _id: want an ObjectID's hex, a string, or Extended JSON: %v", err)
+		}
+		return []bson.RawValue{doc.Lookup("v")}, nil
+	}
+	out := []bson.RawValue{rawOf(s)}
+	if oid, err := bson.ObjectIDFromHex(s); err == nil {
+		out = append(out, rawOf(oid))
+	}
+	return out, nil
+}
+
+func rawOf(v any) bson.RawValue {
+	t, b, err := bson.MarshalValue(v)
+	if err != nil {
+		return bson.RawValue{}
+	}
+	return bson.RawValue{Type: t, Value: b}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+var plainWordRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]+$`)
+
+// shellWord quotes s for a shell command line when it needs it.
+func shellWord(s string) string {
+	if plainWordRE.MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, stdout, stderr io.Writer) int {
@@ -753,6 +909,9 @@ func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, 
 			id, count, strings.Join(fps, ", "))
 	}
 	raw := found[0]
+	if code, done := showUndecodable(raw, f, stdout, stderr); done {
+		return code
+	}
 	if f.asJSON {
 		sh, err := toShown(raw)
 		if err != nil {
@@ -822,9 +981,43 @@ func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, 
 	return exitOK
 }
 
+// showUndecodable shows an envelope that cannot be decoded: why (which
+// field), then the stored document as it is, relaxed Extended JSON. It
+// reports false for an envelope that decodes.
+func showUndecodable(raw bson.Raw, f dlqFlags, stdout, stderr io.Writer) (int, bool) {
+	_, err := envelope.Decode(raw)
+	var de *envelope.DecodeError
+	if !errors.As(err, &de) {
+		return 0, false
+	}
+	p := toProblem(de)
+	js, jerr := bson.MarshalExtJSON(raw, false, false)
+	if jerr != nil {
+		js = nil
+	}
+	if f.asJSON {
+		out := map[string]any{"id": p.ID, "decode_error": p}
+		if js != nil {
+			out["document"] = json.RawMessage(js)
+		}
+		if err := writeJSON(stdout, out); err != nil {
+			return failure(stderr, "dlq show", err), true
+		}
+		return exitOK, true
+	}
+	fmt.Fprintf(stdout, "%s\n(writeguard dlq discard --id %s takes it out of the way)\n", p.Message, shellWord(p.ID))
+	if ijs, err := bson.MarshalExtJSONIndent(raw, false, false, "  ", "  "); err == nil {
+		fmt.Fprintf(stdout, "stored document:\n  %s\n", ijs)
+	}
+	return exitOK, true
+}
+
 // ---- discard ----
 
 func dlqDiscard(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, stdout, stderr io.Writer) int {
+	if len(f.ids) > 0 || f.undecodable {
+		return dlqDiscardIDs(ctx, dlq, filter, f, stdout, stderr)
+	}
 	filter = filter.WithDefaultStatus(envelope.StatusPending)
 	var count, busy int64
 	var err error
@@ -868,6 +1061,61 @@ func dlqDiscard(ctx context.Context, dlq *mongo.Collection, filter envelope.Filt
 func discardExit(busy int64) int {
 	if busy > 0 {
 		return exitFail
+	}
+	return exitOK
+}
+
+// dlqDiscardIDs discards by _id (-id) or the undecodable envelopes the
+// filter selects (-undecodable), whatever their status but replayed and
+// discarded (envelope.DiscardIDs).
+func dlqDiscardIDs(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, stdout, stderr io.Writer) int {
+	var ids []bson.RawValue
+	for _, s := range f.ids {
+		v, _ := parseEnvelopeID(s) // checked by checkDLQArgs
+		ids = append(ids, v...)
+	}
+	if f.undecodable {
+		q, err := filter.Query(time.Now())
+		if err != nil {
+			return usageError(stderr, "dlq discard", "%v", err)
+		}
+		cur, err := dlq.Find(ctx, q, options.Find().SetProjection(bson.D{{Key: "err_info", Value: 0}}))
+		if err != nil {
+			return failure(stderr, "dlq discard", err)
+		}
+		for cur.Next(ctx) {
+			var de *envelope.DecodeError
+			if _, err := envelope.Decode(cur.Current); errors.As(err, &de) {
+				ids = append(ids, bson.RawValue{Type: de.ID.Type, Value: append([]byte(nil), de.ID.Value...)})
+			}
+		}
+		err = cur.Err()
+		_ = cur.Close(ctx)
+		if err != nil {
+			return failure(stderr, "dlq discard", err)
+		}
+	}
+	var count int64
+	var err error
+	if f.dryRun {
+		count = int64(len(ids))
+	} else if count, err = envelope.DiscardIDs(ctx, dlq, ids); err != nil {
+		return failure(stderr, "dlq discard", err)
+	}
+	left, err := envelope.Stats(ctx, dlq, envelope.Filter{Statuses: []string{envelope.StatusPending}})
+	if err != nil {
+		return failure(stderr, "dlq discard", err)
+	}
+	if f.asJSON {
+		if err := writeJSON(stdout, map[string]any{"dry_run": f.dryRun, "discarded": count, "pending": left.Pending}); err != nil {
+			return failure(stderr, "dlq discard", err)
+		}
+		return exitOK
+	}
+	if f.dryRun {
+		fmt.Fprintf(stdout, "would discard at most %s (%s pending in %s.%s)\n", plural(count, "envelope"), n(left.Pending), f.db, f.coll)
+	} else {
+		fmt.Fprintf(stdout, "discarded %s; %s pending left in %s.%s\n", plural(count, "envelope"), n(left.Pending), f.db, f.coll)
 	}
 	return exitOK
 }

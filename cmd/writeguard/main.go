@@ -175,12 +175,12 @@ var scrub redact.Scrubber
 
 // dupKeyRE finds the values of a duplicate key error's message ("dup key:
 // { email: \"a@b.c\" }"): the values of a unique key are users' data.
-var dupKeyRE = regexp.MustCompile(`dup key: \{.*?\}( |$|\))`)
+var dupKeyRE = regexp.MustCompile(`dup key: \{[^}]*\}`)
 
 // scrubbed returns a message fit to print: the secrets of the URIs given
 // scrubbed, and the values of a duplicate key error left out.
 func scrubbed(msg string) string {
-	return dupKeyRE.ReplaceAllString(scrub.String(msg), "dup key: { ... }$1")
+	return dupKeyRE.ReplaceAllString(scrub.String(msg), "dup key: { ... }")
 }
 
 // usageError prints a usage error naming what was wrong and returns 2.

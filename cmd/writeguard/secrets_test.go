@@ -54,4 +54,9 @@ func TestScrubbedDupKey(t *testing.T) {
 	if strings.Contains(got, "carol@example.com") || !strings.Contains(got, "E11000") || !strings.Contains(got, "(code 11000)") {
 		t.Errorf("scrubbed = %q", got)
 	}
+	// As a span's JSON holds it (the trace file).
+	js := `"Description": "E11000 duplicate key error collection: shop.users index: email_1 dup key: { email: \"carol@example.com\" }",`
+	if got := scrubbed(js); strings.Contains(got, "carol@example.com") || !strings.HasSuffix(got, `}",`) {
+		t.Errorf("scrubbed JSON = %q", got)
+	}
 }

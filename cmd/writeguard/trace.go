@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 
@@ -55,7 +56,9 @@ func (c *fileClient) UploadTraces(_ context.Context, spans []*tracepb.ResourceSp
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, err = c.f.Write(append(line, '\n'))
+	// Scrubbed: a span's error message keeps neither a -uri's secrets nor
+	// a duplicate key's values.
+	_, err = scrubbedWriter{c.f}.Write(append(line, '\n'))
 	return err
 }
 
@@ -104,4 +107,16 @@ func hexIDs(v any) error {
 		}
 	}
 	return nil
+}
+
+// scrubbedWriter passes each Write through scrubbed: a span's error
+// message keeps neither a -uri's secrets nor a duplicate key's values.
+// The exporter writes each span with one call.
+type scrubbedWriter struct{ w io.Writer }
+
+func (s scrubbedWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(s.w, scrubbed(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

@@ -73,16 +73,29 @@ func (c *Call) deadLetter(ctx context.Context, its []*item) {
 		envs[i] = c.envelopeFor(it, now, traceID, spanID)
 		it.keywords = envs[i].FailingKeywords
 	}
-	err := c.put(ctx, e.cfg.Sink, envs, false)
-	if err != nil && e.cfg.Fallback != nil {
-		if ferr := c.put(ctx, e.cfg.Fallback, envs, true); ferr == nil {
-			err = nil
-		} else {
-			err = fmt.Errorf("%w; fallback sink: %w", err, ferr)
+	errs := c.put(ctx, e.cfg.Sink, envs, false)
+	if e.cfg.Fallback != nil {
+		// Only the envelopes the sink did not confirm go to the fallback.
+		var idx []int
+		var rest []envelope.Envelope
+		for i, err := range errs {
+			if err != nil {
+				idx, rest = append(idx, i), append(rest, envs[i])
+			}
+		}
+		if len(rest) > 0 {
+			ferrs := c.put(ctx, e.cfg.Fallback, rest, true)
+			for k, i := range idx {
+				if ferrs[k] == nil {
+					errs[i] = nil
+				} else {
+					errs[i] = fmt.Errorf("%w; fallback sink: %w", errs[i], ferrs[k])
+				}
+			}
 		}
 	}
-	for _, it := range its {
-		if err != nil {
+	for i, it := range its {
+		if err := errs[i]; err != nil {
 			it.err = fmt.Errorf("writeguard: dead-letter sink: %w", err)
 			it.reason = ReasonSinkFailed
 			c.settle(it, policy.DeadLetterFailed)
@@ -92,22 +105,68 @@ func (c *Call) deadLetter(ctx context.Context, its []*item) {
 	}
 }
 
-// put calls sink.Put, retrying retryable errors with the write backoff.
-func (c *Call) put(ctx context.Context, sink envelope.Sink, envs []envelope.Envelope, fallback bool) error {
+// put stores envs in sink and returns one error per envelope (nil:
+// stored). It calls envelope.PutEach, so a sink that says which envelopes
+// of a gathered Put it stored (envelope.PartialSink) has only the others
+// sent again, retrying retryable errors with the write backoff
+// (retrySide); the documents whose envelope was stored are dead-lettered
+// even when others of the same Put were not.
+func (c *Call) put(ctx context.Context, sink envelope.Sink, envs []envelope.Envelope, fallback bool) []error {
 	e := c.e
-	return c.retrySide(ctx, e.cfg.Backoff.MaxAttempts, func(attempt int) error {
+	errs := make([]error, len(envs))
+	pending := make([]int, len(envs)) // indexes of envs not yet confirmed
+	for i := range pending {
+		pending[i] = i
+	}
+	err := c.retrySide(ctx, e.cfg.Backoff.MaxAttempts, func(attempt int) error {
+		sub := make([]envelope.Envelope, len(pending))
+		for k, i := range pending {
+			sub[k] = envs[i]
+		}
 		dctx := ctx
 		var t0 time.Time
 		if e.observed {
-			dctx = e.hooks.DeadLetterStarted(ctx, &hooks.DeadLetterStart{Op: c.op, Envelopes: len(envs), Attempt: attempt, Fallback: fallback})
+			dctx = e.hooks.DeadLetterStarted(ctx, &hooks.DeadLetterStart{Op: c.op, Envelopes: len(sub), Attempt: attempt, Fallback: fallback})
 			t0 = e.cfg.Clock.Now()
 		}
-		err := recovered("dead-letter sink", func() error { return sink.Put(dctx, envs) })
-		if e.observed {
-			e.hooks.DeadLetterFinished(dctx, &hooks.DeadLetterEnd{Op: c.op, Envelopes: len(envs), Attempt: attempt, Fallback: fallback, Duration: e.cfg.Clock.Now().Sub(t0), Err: err})
+		// envelope.PutEach: per envelope when the sink can say it
+		// (envelope.PartialSink), else Put's error for every one.
+		var each []error
+		perr := recovered("dead-letter sink", func() error {
+			each = envelope.PutEach(dctx, sink, sub)
+			return nil
+		})
+		var first error
+		if perr != nil {
+			each = make([]error, len(sub))
+			for k := range each {
+				each[k] = perr
+			}
 		}
-		return err
+		left := pending[:0]
+		for k, i := range pending {
+			errs[i] = each[k]
+			if each[k] != nil {
+				left = append(left, i)
+				if first == nil {
+					first = each[k]
+				}
+			}
+		}
+		pending = left
+		if e.observed {
+			e.hooks.DeadLetterFinished(dctx, &hooks.DeadLetterEnd{Op: c.op, Envelopes: len(sub), Attempt: attempt, Fallback: fallback, Duration: e.cfg.Clock.Now().Sub(t0), Err: first})
+		}
+		return first
 	})
+	if err != nil {
+		// The last error of the side retries (a retry stopped by the
+		// context says so) stands for every envelope still unconfirmed.
+		for _, i := range pending {
+			errs[i] = err
+		}
+	}
+	return errs
 }
 
 // envelopeFor builds the envelope of an Invalid item (envelope.New: the

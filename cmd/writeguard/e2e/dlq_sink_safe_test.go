@@ -104,8 +104,8 @@ func TestDLSinkRefusesWithoutUniqueIndex(t *testing.T) {
 
 // TestDLSinkPutEachPartial: the DLQ refuses one envelope of a gathered Put
 // (through the proxy, a write error on its statement). PutEach confirms
-// the others, which are stored, and names the refused one; Put reports
-// the refusal. Before the change the sink could only fail the whole Put,
+// the others, which are stored (read back by fingerprint), and fails the
+// refused one; Put reports the refusal. Before the change the sink could only fail the whole Put,
 // and every document of it was reported dead_letter_failed.
 func TestDLSinkPutEachPartial(t *testing.T) {
 	for _, insertFirst := range []bool{false, true} {
@@ -147,9 +147,36 @@ func TestDLSinkPutEachPartial(t *testing.T) {
 			if err := sink.Put(b.ctx, envs); err == nil || !strings.Contains(err.Error(), "refused by the test") {
 				t.Errorf("Put: %v, want the refusal", err)
 			}
-			if got := b.envelopes(); got[envs[0].Fingerprint].Attempts != 2 {
-				t.Errorf("attempts of a stored envelope after the second Put: %d, want 2", got[envs[0].Fingerprint].Attempts)
+			// Recaptured: the envelopes held stay confirmed (attempts
+			// counts captures "at least": insert-first mode stops at the
+			// refusal before its recapture update).
+			errs = sink.PutEach(b.ctx, envs)
+			if errs[0] != nil || errs[2] != nil || errs[1] == nil {
+				t.Errorf("recapture: %v", errs)
 			}
 		})
+	}
+}
+
+// TestDLSinkIndexCheckUnauthorized: a user who may write the DLQ but not
+// list its indexes (13 Unauthorized, through the proxy) still stores; the
+// sink says once that it cannot check.
+func TestDLSinkIndexCheckUnauthorized(t *testing.T) {
+	b := newDLBed(t, nil)
+	b.proxy.SetScript(faultproxy.MustScript(
+		faultproxy.On("listIndexes").In(b.dbName + "." + dlDLQ).Always().Do(faultproxy.ErrorReply(faultproxy.CommandError{Code: 13, CodeName: "Unauthorized", Message: "not authorized"})),
+	))
+	var logged bytes.Buffer
+	sink := envelope.NewMongoSink(b.adb.Collection(dlDLQ), envelope.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	for i := 1; i <= 2; i++ {
+		if err := sink.Put(b.ctx, []envelope.Envelope{dlEnvelope(t, i, "A")}); err != nil {
+			t.Fatalf("Put %d: %v", i, err)
+		}
+	}
+	if n := b.count(dlDLQ, bson.D{}); n != 2 {
+		t.Errorf("%d envelopes stored, want 2", n)
+	}
+	if n := strings.Count(logged.String(), "13 Unauthorized"); n != 1 {
+		t.Errorf("said %d times that it cannot check, want once: %q", n, logged.String())
 	}
 }
