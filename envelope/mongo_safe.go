@@ -117,4 +117,3 @@ func (s *MongoSink) hasFingerprintIndex(ctx context.Context) (bool, error) {
 	ex := findIndex(idx, []keyField{{"fingerprint", 1}})
 	return ex != nil && ex.Unique, nil
 }
-
