@@ -252,7 +252,6 @@ func TestOptionsValidated(t *testing.T) {
 		"throttled":       writeguard.WithThrottledAttempts(0),
 		"fallback alone":  writeguard.WithFallbackDeadLetter(&mocks.Sink{}),
 		"nil option":      nil,
-		"nil logger":      writeguard.WithLogger(nil),
 		"negative upsert": writeguard.WithUpsertConflictRetries(-1),
 	}
 	for name, o := range bad {
@@ -286,7 +285,7 @@ func TestOptionsValidated(t *testing.T) {
 func TestPrepareFailures(t *testing.T) {
 	fake := mocks.NewFake("db.prep")
 	fx := newFixture(t, fake)
-	big := bson.D{{Key: "_id", Value: "big"}, {Key: "blob", Value: strings.Repeat("x", writeguard.MaxDocumentSize)}}
+	big := bson.D{{Key: "_id", Value: "big"}, {Key: "blob", Value: strings.Repeat("x", policy.MaxBSONSize)}}
 	_, err := fx.g.InsertMany(ctx, []any{bson.D{{Key: "_id", Value: 1}}, make(chan int), big, bson.D{{Key: "_id", Value: 2}}},
 		options.InsertMany().SetOrdered(false))
 	var r *writeguard.Report
@@ -394,5 +393,52 @@ func TestMisuseDoesNotPanic(t *testing.T) {
 	_, err = g.InsertOne(ctx, bson.D{{Key: "x", Value: 1}})
 	if !errors.Is(err, writeguard.ErrDeadLetterFailed) {
 		t.Fatalf("err = %v, want dead_letter_failed", err)
+	}
+}
+
+// A recovered panic of user code keeps its stack: the PanicError in the
+// Outcome (reached with errors.As through the Report) names what panicked
+// and holds the stack of the goroutine that panicked, down to the
+// callback's own frame.
+func TestRecoveredPanicKeepsStack(t *testing.T) {
+	ctx := context.Background()
+	fake := mocks.NewFake("db.panicstack")
+	_ = fake.Seed(bson.D{{Key: "_id", Value: 1}})
+	boom := writeguard.ConflictHandlerFunc(func(context.Context, *writeguard.Conflict) (policy.Disposition, error) { panic("boom") })
+	g, err := writeguard.New(fake, writeguard.WithConflictHandler(boom))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = g.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}})
+	var pe *writeguard.PanicError
+	if !errors.As(err, &pe) {
+		t.Fatalf("err = %v, want a PanicError reachable with errors.As", err)
+	}
+	if pe.What != "conflict handler" || pe.Value != "boom" || !strings.Contains(string(pe.Stack()), "TestRecoveredPanicKeepsStack") {
+		t.Errorf("PanicError{What: %q, Value: %v}, stack:\n%s\nwant the handler named, its value and the test's frame in the stack", pe.What, pe.Value, pe.Stack())
+	}
+
+	sink := &mocks.Sink{Before: func(context.Context, int, []envelope.Envelope) error { panic("disk on fire") }}
+	g, _ = writeguard.New(mocks.NewFake("db.sinkpanicstack").Validator(func(bson.Raw) (bson.Raw, bool) { return nil, true }), writeguard.WithDeadLetter(sink))
+	_, err = g.InsertOne(ctx, bson.D{{Key: "x", Value: 1}})
+	if !errors.As(err, &pe) || pe.What != "dead-letter sink" || !strings.Contains(string(pe.Stack()), "TestRecoveredPanicKeepsStack") {
+		t.Fatalf("err = %v, want the sink's panic with its stack", err)
+	}
+}
+
+// The nil rule: an option whose feature can be absent takes nil as none.
+// WithLogger(nil) is no logging (as otelhook.WithLogger(nil)), and an
+// unclassified code still ends the call as it would with a logger.
+func TestNilLoggerIsNoLogging(t *testing.T) {
+	fake := mocks.NewFake("db.nillog")
+	fake.Script(mocks.Reply(`{"ok":0,"code":424242,"errmsg":"new"}`))
+	g, err := writeguard.New(fake, writeguard.WithLogger(nil))
+	if err != nil {
+		t.Fatalf("WithLogger(nil): %v, want no logging and no error", err)
+	}
+	_, err = g.InsertOne(context.Background(), bson.D{{Key: "x", Value: 1}})
+	var r *writeguard.Report
+	if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.Failed || r.Outcomes[0].Class != policy.Unknown {
+		t.Fatalf("err = %v, want the unclassified code failed", err)
 	}
 }

@@ -3,15 +3,13 @@ package writeguard
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard/hooks"
-	"github.com/writeguard/writeguard/internal/loglimit"
+	"github.com/writeguard/writeguard/internal/engine"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -57,14 +55,10 @@ type Guarded struct {
 	*mongo.Collection
 
 	target     Target
-	cfg        *config
 	classifier policy.Classifier
-	hooks      hooks.Hooks
-	observed   bool // hooks were given: build per-document events
 	database   string
 	collection string
-
-	logLimit *loglimit.Limiter
+	eng        *engine.Engine
 }
 
 // Wrap returns a guarded coll. It returns an error naming the first
@@ -74,12 +68,11 @@ func Wrap(coll *mongo.Collection, opts ...Option) (*Guarded, error) {
 	if coll == nil {
 		return nil, errors.New("writeguard: Wrap(nil collection)")
 	}
-	g, err := New(coll, opts...)
+	g, err := newGuarded(coll, coll.Database().Name(), opts)
 	if err != nil {
 		return nil, err
 	}
 	g.Collection = coll
-	g.database = coll.Database().Name()
 	return g, nil
 }
 
@@ -90,24 +83,30 @@ func New(t Target, opts ...Option) (*Guarded, error) {
 	if t == nil {
 		return nil, errors.New("writeguard: New(nil target)")
 	}
+	db := ""
+	if ns, ok := t.(interface{ Namespace() string }); ok {
+		if d, _, found := strings.Cut(ns.Namespace(), "."); found {
+			db = d
+		}
+	}
+	return newGuarded(t, db, opts)
+}
+
+func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	g := &Guarded{
-		target:     t,
-		cfg:        cfg,
-		classifier: cfg.classifier(),
-		hooks:      hooks.Compose(cfg.hooks...),
-		observed:   len(cfg.hooks) > 0,
-		collection: t.Name(),
-		logLimit:   loglimit.New(time.Minute, cfg.clock.Now),
-	}
-	if ns, ok := t.(interface{ Namespace() string }); ok {
-		if db, _, found := strings.Cut(ns.Namespace(), "."); found {
-			g.database = db
-		}
-	}
+	g := &Guarded{target: t, classifier: cfg.classifier(), database: db, collection: t.Name()}
+	g.eng = engine.New(engine.Config{
+		Namespace: g.Namespace(), Database: db, Collection: g.collection,
+		Classifier: g.classifier, Backoff: cfg.backoff, Budget: cfg.budget,
+		Sink: cfg.sink, Fallback: cfg.fallback, Resolve: g.resolver(cfg.conflict),
+		Hooks: hooks.Compose(cfg.hooks...), Observed: len(cfg.hooks) > 0,
+		Logger: cfg.logger, Clock: cfg.clock,
+		ThrottledAttempts: cfg.throttledAttempts, UpsertRetries: cfg.upsertRetries,
+		AllowUnacked: cfg.allowUnacked, Reader: t, Report: newReport,
+	})
 	return g, nil
 }
 
@@ -126,23 +125,3 @@ func (g *Guarded) Target() Target { return g.target }
 // Classifier returns the classifier chain g uses: the WithClassifier
 // classifiers, then the table.
 func (g *Guarded) Classifier() policy.Classifier { return g.classifier }
-
-// logUnknown logs an unclassified code at most once a minute per code.
-func (g *Guarded) logUnknown(ctx context.Context, f *policy.Failure, op string) {
-	if !g.logLimit.Allow(int64(f.Code)) {
-		return
-	}
-	g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "writeguard: unclassified write error; not retried",
-		slog.String("operation", op), slog.String("namespace", g.Namespace()),
-		slog.Int("code", int(f.Code)), slog.String("code_name", f.CodeName),
-		slog.String("origin", f.Origin.String()))
-}
-
-func (g *Guarded) logBudget(ctx context.Context, op string, docs int) {
-	const budgetKey = 1 << 32 // outside the int32 range of codes
-	if !g.logLimit.Allow(budgetKey) {
-		return
-	}
-	g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "writeguard: retry budget exhausted; retries refused",
-		slog.String("operation", op), slog.String("namespace", g.Namespace()), slog.Int("documents", docs))
-}

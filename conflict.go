@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/writeguard/writeguard/internal/engine"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -101,7 +102,7 @@ func ConflictReplace() ConflictHandler {
 		if c.Target == nil {
 			return policy.Conflicted, errors.New("writeguard: ConflictReplace: no target collection")
 		}
-		filter, replacement, err := replaceArgs(c)
+		filter, replacement, err := engine.ReplaceArgs(c.Document, c.Failure, c.KeyPattern, c.KeyValue, c.IndexKnown, c.IndexName)
 		if err != nil {
 			return policy.Conflicted, err
 		}
@@ -121,96 +122,20 @@ func isInsertModel(m mongo.WriteModel) bool {
 	return ok
 }
 
-func replaceArgs(c *Conflict) (filter, replacement bson.Raw, err error) {
-	id, err := c.Document.LookupErr("_id")
-	if err != nil {
-		return nil, nil, errors.New("writeguard: ConflictReplace: document has no _id")
+// resolver adapts h to the engine: each duplicate key becomes a *Conflict
+// naming its index (policy.DuplicateKeyIndex) and g's target.
+func (g *Guarded) resolver(h ConflictHandler) engine.Resolver {
+	return func(ctx context.Context, op string, index int, doc bson.Raw, model mongo.WriteModel, f policy.Failure) (policy.Disposition, error) {
+		cf := &Conflict{Operation: op, Index: index, Document: doc, Model: model, Failure: f, Target: g.target,
+			KeyPattern: f.KeyPattern, KeyValue: f.KeyValue}
+		cf.IndexName, cf.IndexFields, cf.IndexKnown = policy.DuplicateKeyIndex(f)
+		return h.Resolve(ctx, cf)
 	}
-	onID := policy.OnIDIndex(c.Failure)
-	if !onID && len(c.KeyValue) > 0 {
-		if elems, err := c.KeyValue.Elements(); err == nil && len(elems) == 1 && elems[0].Key() == "_id" {
-			onID = true
-		}
-	}
-	if onID {
-		f, err := bson.Marshal(bson.D{{Key: "_id", Value: id}})
-		return f, c.Document, err
-	}
-	if ok, field := policy.KeyIdentifies(c.KeyPattern, c.KeyValue); !ok {
-		switch {
-		case !c.IndexKnown:
-			return nil, nil, errors.New("writeguard: ConflictReplace: the server named neither the index nor the key (no keyPattern, no index in errmsg); nothing replaced")
-		case field == "":
-			return nil, nil, fmt.Errorf("writeguard: ConflictReplace: the server sent no keyValue for index %q; nothing replaced", c.IndexName)
-		default:
-			return nil, nil, fmt.Errorf("writeguard: ConflictReplace: key field %q is null or missing; it identifies no single document; nothing replaced", field)
-		}
-	}
-	elems, err := c.Document.Elements()
-	if err != nil {
-		return nil, nil, err
-	}
-	var d bson.D
-	for _, e := range elems {
-		if e.Key() != "_id" {
-			d = append(d, bson.E{Key: e.Key(), Value: e.Value()})
-		}
-	}
-	rep, err := bson.Marshal(d)
-	return c.KeyValue, rep, err
 }
 
-// validResolution reports whether d is a disposition a ConflictHandler may
-// return.
-func validResolution(d policy.Disposition) bool {
-	return d.IsConflict() && d != "conflict_"
-}
-
-// conflictIdentifiable checks, before any handler runs, that the duplicate
-// key identifies one stored document: a key value with a null or missing
-// component identifies nobody (policy.KeyIdentifies), so the document ends
-// "conflict" with that reason and no handler acts on it.
-func (c *call) conflictIdentifiable(it *item) bool {
-	if len(it.fail.KeyValue) == 0 {
-		return true
-	}
-	ok, field := policy.KeyIdentifies(it.fail.KeyPattern, it.fail.KeyValue)
-	if ok {
-		return true
-	}
-	it.err = fmt.Errorf("writeguard: duplicate key with null or missing field %q identifies no single document (use a sparse or partial unique index); no conflict handler was run", field)
-	c.settle(it, Conflicted)
-	return false
-}
-
-func (c *call) handleConflict(ctx context.Context, it *item) {
-	cf := &Conflict{Operation: c.op.Name, Index: it.index, Document: it.doc, Failure: *it.fail, Target: c.g.target}
-	cf.Model = it.model
-	cf.KeyPattern, cf.KeyValue = it.fail.KeyPattern, it.fail.KeyValue
-	cf.IndexName, cf.IndexFields, cf.IndexKnown = policy.DuplicateKeyIndex(*it.fail)
-	var d Disposition
-	err := recovered("conflict handler", func() (err error) {
-		d, err = c.g.cfg.conflict.Resolve(ctx, cf)
-		return err
-	})
-	if err == nil && !validResolution(d) {
-		err = fmt.Errorf("writeguard: conflict handler returned disposition %q; want %q or \"conflict_<verb>\"", d, Conflicted)
-	}
-	if err != nil {
-		it.err = err
-		d = Conflicted
-	}
-	c.settle(it, d)
-}
-
-// recovered runs user code (a conflict handler, a sink) and turns a panic
-// into an error naming what panicked, so that one bad callback cannot take
-// the other documents' outcomes with it.
-func recovered(what string, f func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("writeguard: %s panicked: %v", what, r)
-		}
-	}()
-	return f()
-}
+// PanicError is the error kept in an Outcome (Outcome.Err) when a conflict
+// handler or a dead-letter sink panicked: the engine recovered the panic,
+// and the other documents' outcomes are untouched. Its Error names what
+// panicked and the value; Stack returns the stack of the goroutine that
+// panicked (runtime/debug.Stack). Reach it with errors.As.
+type PanicError = engine.PanicError

@@ -30,6 +30,20 @@
 // returns the driver's error unchanged, so the transaction can be retried
 // as a whole.
 //
+// The loop itself is in internal/engine (its package doc maps it); this
+// package is its face: the collection, one write skeleton every guarded
+// method fills, the options, the Report and the conflict API.
+//
+// One rule for nil, in every package of the module: an option whose
+// feature can be absent takes nil as "none" (WithLogger(nil): no logging,
+// WithBudget(nil): no retry budget, otelhook.WithLogger(nil): no logging;
+// otelhook's providers are optional too, and nil there is OpenTelemetry's
+// global provider, their default); an option that cannot work without its
+// value (WithDeadLetter, WithFallbackDeadLetter, WithClassifier, WithTable,
+// WithConflictHandler, WithClock, replay.WithValidator) makes Wrap (or the
+// package's constructor) return an error naming it. Nothing is logged
+// unless a logger is given.
+//
 // Hooks (package hooks) observe every step; package otelhook turns them
 // into OpenTelemetry spans and metrics. Package mocks has an in-memory
 // Fake collection and real driver error values for tests.

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"time"
 
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
+	"github.com/writeguard/writeguard/internal/engine"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -34,7 +34,7 @@ type config struct {
 	conflict          ConflictHandler
 	hooks             []hooks.Hooks
 	logger            *slog.Logger
-	clock             clock
+	clock             engine.Clock // nil: the wall clock
 	throttledAttempts int
 	upsertRetries     int
 	allowUnacked      bool
@@ -47,10 +47,8 @@ func newConfig(opts []Option) (*config, error) {
 		backoff:           policy.DefaultBackoff(),
 		budget:            policy.DefaultBudget(),
 		conflict:          ConflictFail(),
-		clock:             realClock{},
 		throttledAttempts: DefaultThrottledAttempts,
 		upsertRetries:     DefaultUpsertConflictRetries,
-		logger:            slog.New(slog.DiscardHandler),
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -186,31 +184,15 @@ func WithHooks(h hooks.Hooks) Option {
 
 // WithLogger sets the logger for what must not pass silently: unknown
 // error codes (Warn, at most once a minute per code) and an exhausted
-// retry budget (Warn, at most once a minute). Default: no logging.
+// retry budget (Warn, at most once a minute). Default, and nil: no
+// logging.
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(cfg *config) {
-		if l == nil {
-			cfg.errs = append(cfg.errs, errors.New("writeguard: WithLogger(nil)"))
-			return
-		}
-		cfg.logger = l
-	})
+	return optionFunc(func(cfg *config) { cfg.logger = l })
 }
-
-// clock is the call's time source: the real clock, or what WithClock gave.
-type clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // WithClock sets the time source of the call: backoff waits, attempt and
 // call durations, the elapsed-time limit, envelope timestamps. Default:
-// policy.RealClock.
+// the wall clock.
 //
 // Deprecated: tests control time with testing/synctest (Go 1.25+): run the
 // test in synctest.Test and the real clock, the backoff waits and context

@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/writeguard/writeguard/hooks"
+	"github.com/writeguard/writeguard/internal/engine"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -45,7 +46,7 @@ var (
 	ErrNotAttempted     = errors.New("writeguard: documents were not attempted")
 	ErrOutcomeUnknown   = errors.New("writeguard: outcome unknown; the write may have been applied")
 	ErrUnconfirmed      = errors.New("writeguard: written, but the write concern was not satisfied")
-	ErrUnacknowledged   = errors.New("writeguard: unacknowledged write concern (w: 0): nothing can be verified")
+	ErrUnacknowledged   = engine.ErrUnacknowledged
 	// ErrConfiguration matches a Report whose call was stopped by a
 	// Configuration failure (20, 79, 100): fix the setting it names.
 	ErrConfiguration = errors.New("writeguard: deployment or client configuration error")
@@ -138,6 +139,17 @@ type Report struct {
 	extra []error
 }
 
+// newReport lifts what a finished call proved into a *Report.
+func newReport(c *engine.Call) error {
+	r := &Report{Operation: c.Operation(), Namespace: c.Namespace(), Attempts: c.Attempts(), Err: c.LastErr(), Hint: c.Hint(), extra: c.Extra()}
+	r.Outcomes = make([]Outcome, c.Len())
+	for i := range r.Outcomes {
+		r.Outcomes[i] = Outcome{Index: i, ID: c.ID(i), Disposition: c.Disposition(i), Class: c.Class(i), Failure: c.Failure(i),
+			Attempts: c.Sent(i), MaybeWritten: c.MaybeWritten(i), Document: c.Document(i), Model: c.Model(i), Err: c.Err(i)}
+	}
+	return r
+}
+
 // Count returns the number of inputs with disposition d.
 func (r *Report) Count(d Disposition) int {
 	n := 0
@@ -204,7 +216,7 @@ func (r *Report) Error() string {
 		fmt.Fprintf(&b, "; %s", r.Hint)
 	}
 	if fs := policy.Extract(r.Err); len(fs) > 0 {
-		fmt.Fprintf(&b, "; last error: %s", failureKind(&fs[0]))
+		fmt.Fprintf(&b, "; last error: %s", engine.FailureKind(&fs[0]))
 	}
 	out := b.String()
 	if len(out) > maxErrorLen {
@@ -223,7 +235,7 @@ func (r *Report) failureKinds() []string {
 		if o.Failure == nil || o.Disposition.Stored() {
 			continue
 		}
-		k := failureKind(o.Failure) + " (" + o.Class.String() + ")"
+		k := engine.FailureKind(o.Failure) + " (" + o.Class.String() + ")"
 		if n[k] == 0 {
 			order = append(order, k)
 		}
@@ -238,39 +250,6 @@ func (r *Report) failureKinds() []string {
 		out = append(out, fmt.Sprintf("%s x%d", k, n[k]))
 	}
 	return out
-}
-
-// failureKind names a failure by code, code name and shape, never by its
-// message: "11000 DuplicateKey", "network_in_flight", "client: marshal
-// error".
-func failureKind(f *policy.Failure) string {
-	switch {
-	case f.Origin == policy.OriginClient && f.Code == 0:
-		return "client: " + clientErrorKind(f.Err)
-	case f.Code == 0:
-		return f.Shape.String()
-	case f.CodeName == "":
-		return fmt.Sprintf("%d %s", f.Code, f.Shape)
-	}
-	return fmt.Sprintf("%d %s", f.Code, f.CodeName)
-}
-
-// clientErrorKind names a client-side error without quoting it.
-func clientErrorKind(err error) string {
-	var me mongo.MarshalError
-	switch {
-	case errors.As(err, &me):
-		return "marshal error"
-	case errors.Is(err, mongo.ErrNilDocument):
-		return "nil document"
-	case errors.Is(err, errTooLarge):
-		return "document over 16 MiB"
-	case errors.Is(err, errInvalidBSON):
-		return "invalid BSON"
-	case errors.Is(err, mongo.ErrClientDisconnected):
-		return "client disconnected"
-	}
-	return "error"
 }
 
 // ErrorType returns a bounded, low-cardinality description of why the call

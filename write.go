@@ -2,7 +2,6 @@ package writeguard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 
@@ -10,13 +9,63 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard/hooks"
-	"github.com/writeguard/writeguard/policy"
+	"github.com/writeguard/writeguard/internal/engine"
 )
 
-// MaxDocumentSize is the largest document the server accepts, 16 MiB
-// (policy.MaxBSONSize). A larger document is routed as Invalid before any
-// attempt.
-const MaxDocumentSize = policy.MaxBSONSize
+// method describes one guarded method to the write skeleton (guard): its
+// name, how it runs inside a transaction, how it reads and prepares its
+// inputs, how one attempt calls the driver, and how its result is built
+// when the first attempt did not write everything. T is the driver's
+// result type (mongo.InsertOneResult, ...).
+type method[T any] struct {
+	name string
+	// txInputs is the number of inputs a transaction's hooks report.
+	txInputs int
+	// tx is the driver's own call, made once inside a transaction.
+	tx func(ctx context.Context) (*T, error)
+	// inputs checks the arguments as the driver does and returns the
+	// number of inputs and whether the write is ordered.
+	inputs func() (n int, ordered bool, err error)
+	// prepare fills the call's inputs (Call.PrepareDocs, PrepareModels).
+	prepare func(ctx context.Context, c *engine.Call) error
+	// send makes one attempt.
+	send engine.Send
+	// result is the result returned after retries or with a Report.
+	result func(c *engine.Call) *T
+}
+
+// guard is the one write skeleton of every guarded method: a nil ctx is
+// context.Background() (as in the driver); inside a transaction one
+// attempt with the driver's own result and error; otherwise the inputs are
+// checked and prepared, the engine drives every input to its disposition,
+// and the caller gets the driver's result of a first attempt that wrote
+// everything, or m.result and nil or a *Report.
+func guard[T any](g *Guarded, ctx context.Context, m method[T]) (*T, error) {
+	if ctx == nil {
+		ctx = context.Background() // as the driver does
+	}
+	if engine.TransactionRunning(ctx) {
+		var res *T
+		err := g.eng.InTransaction(ctx, m.name, m.txInputs, func(ctx context.Context) (err error) {
+			res, err = m.tx(ctx)
+			return err
+		})
+		return res, err
+	}
+	n, ordered, err := m.inputs()
+	if err != nil {
+		return nil, err
+	}
+	c := g.eng.NewCall(m.name, ordered, n)
+	if err := m.prepare(ctx, c); err != nil {
+		return nil, err
+	}
+	first, err := c.Run(ctx, m.send)
+	if res, ok := first.(*T); ok && res != nil && err == nil {
+		return res, nil
+	}
+	return m.result(c), err
+}
 
 // InsertOne inserts document through the policy chain. document gets an
 // _id before the first attempt when it has none (the caller's value is not
@@ -30,38 +79,27 @@ const MaxDocumentSize = policy.MaxBSONSize
 // result and error unchanged. A nil ctx is context.Background(), as in the
 // driver.
 func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.Lister[options.InsertOneOptions]) (*mongo.InsertOneResult, error) {
-	if ctx == nil {
-		ctx = context.Background() // as the driver does
-	}
-	if inTransaction(ctx) {
-		var res *mongo.InsertOneResult
-		err := g.inTransaction(ctx, "insertOne", 1, func(ctx context.Context) (err error) {
-			res, err = g.target.InsertOne(ctx, document, opts...)
-			return err
-		})
-		return res, err
-	}
-	c := g.newCall("insertOne", true)
-	c.newItems(1)
-	c.prepareDoc(c.items[0], document)
-	c.send = func(ctx context.Context, batch []*item) (any, error) {
-		res, err := g.target.InsertOne(ctx, batch[0].boxed, opts...)
-		if res != nil && !res.Acknowledged {
-			return res, errUnacked
-		}
-		return res, err
-	}
-	first, err := c.run(ctx)
-	if err == nil {
-		if res, ok := first.(*mongo.InsertOneResult); ok && res != nil {
-			return res, nil
-		}
-	}
-	it := c.items[0]
-	if it.disp.Stored() || it.disp == Unacknowledged {
-		return &mongo.InsertOneResult{InsertedID: it.idValue(), Acknowledged: it.disp != Unacknowledged}, err
-	}
-	return nil, err
+	return guard(g, ctx, method[mongo.InsertOneResult]{
+		name: "insertOne", txInputs: 1,
+		tx: func(ctx context.Context) (*mongo.InsertOneResult, error) {
+			return g.target.InsertOne(ctx, document, opts...)
+		},
+		inputs:  func() (int, bool, error) { return 1, true, nil },
+		prepare: func(_ context.Context, c *engine.Call) error { c.PrepareDocs([]any{document}); return nil },
+		send: func(ctx context.Context, b engine.Batch) (any, error) {
+			res, err := g.target.InsertOne(ctx, b.Doc(0), opts...)
+			if res != nil && !res.Acknowledged {
+				return res, engine.ErrUnacked
+			}
+			return res, err
+		},
+		result: func(c *engine.Call) *mongo.InsertOneResult {
+			if d := c.Disposition(0); d.Stored() || d == Unacknowledged {
+				return &mongo.InsertOneResult{InsertedID: c.ID(0), Acknowledged: d != Unacknowledged}
+			}
+			return nil
+		},
+	})
 }
 
 // InsertMany inserts documents (a non-empty slice) through the policy
@@ -80,62 +118,54 @@ func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.L
 // mongo.ErrEmptySlice). A nil ctx is context.Background(), as in the
 // driver.
 func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options.Lister[options.InsertManyOptions]) (*mongo.InsertManyResult, error) {
-	if ctx == nil {
-		ctx = context.Background() // as the driver does
-	}
-	if inTransaction(ctx) {
-		var res *mongo.InsertManyResult
-		err := g.inTransaction(ctx, "insertMany", sliceLen(documents), func(ctx context.Context) (err error) {
-			res, err = g.target.InsertMany(ctx, documents, opts...)
-			return err
-		})
-		return res, err
-	}
 	dv := reflect.ValueOf(documents)
-	if dv.Kind() != reflect.Slice {
-		return nil, fmt.Errorf("invalid documents: %w", mongo.ErrNotSlice)
-	}
-	if dv.Len() == 0 {
-		return nil, fmt.Errorf("invalid documents: %w", mongo.ErrEmptySlice)
-	}
-	ordered, err := orderedOption(opts, func(o *options.InsertManyOptions) *bool { return o.Ordered })
-	if err != nil {
-		return nil, err
-	}
-	c := g.newCall("insertMany", ordered)
-	c.newItems(dv.Len())
-	docs := make([]any, dv.Len())
-	for i := range docs {
-		docs[i] = dv.Index(i).Interface()
-	}
-	c.prepareDocs(c.items, docs)
-	c.send = func(ctx context.Context, batch []*item) (any, error) {
-		docs := make([]any, len(batch))
-		for i, it := range batch {
-			docs[i] = it.boxed
-		}
-		res, err := g.target.InsertMany(ctx, docs, opts...)
-		if err == nil && res != nil && !res.Acknowledged {
-			return res, errUnacked
-		}
-		return res, err
-	}
-	first, err := c.run(ctx)
-	if err == nil {
-		if res, ok := first.(*mongo.InsertManyResult); ok && res != nil {
-			return res, nil
-		}
-	}
-	res := &mongo.InsertManyResult{Acknowledged: true}
-	for _, it := range c.items {
-		if it.disp.Stored() {
-			res.InsertedIDs = append(res.InsertedIDs, it.idValue())
-		}
-		if it.disp == Unacknowledged {
-			res.Acknowledged = false
-		}
-	}
-	return res, err
+	return guard(g, ctx, method[mongo.InsertManyResult]{
+		name: "insertMany", txInputs: sliceLen(dv),
+		tx: func(ctx context.Context) (*mongo.InsertManyResult, error) {
+			return g.target.InsertMany(ctx, documents, opts...)
+		},
+		inputs: func() (int, bool, error) {
+			switch {
+			case dv.Kind() != reflect.Slice:
+				return 0, false, fmt.Errorf("invalid documents: %w", mongo.ErrNotSlice)
+			case dv.Len() == 0:
+				return 0, false, fmt.Errorf("invalid documents: %w", mongo.ErrEmptySlice)
+			}
+			ordered, err := engine.Ordered(opts, func(o *options.InsertManyOptions) *bool { return o.Ordered })
+			return dv.Len(), ordered, err
+		},
+		prepare: func(_ context.Context, c *engine.Call) error {
+			docs := make([]any, dv.Len())
+			for i := range docs {
+				docs[i] = dv.Index(i).Interface()
+			}
+			c.PrepareDocs(docs)
+			return nil
+		},
+		send: func(ctx context.Context, b engine.Batch) (any, error) {
+			docs := make([]any, len(b))
+			for i := range b {
+				docs[i] = b.Doc(i)
+			}
+			res, err := g.target.InsertMany(ctx, docs, opts...)
+			if err == nil && res != nil && !res.Acknowledged {
+				return res, engine.ErrUnacked
+			}
+			return res, err
+		},
+		result: func(c *engine.Call) *mongo.InsertManyResult {
+			res := &mongo.InsertManyResult{Acknowledged: true}
+			for i := range c.Len() {
+				if c.Disposition(i).Stored() {
+					res.InsertedIDs = append(res.InsertedIDs, c.ID(i))
+				}
+				if c.Disposition(i) == Unacknowledged {
+					res.Acknowledged = false
+				}
+			}
+			return res
+		},
+	})
 }
 
 // BulkWrite runs models through the policy chain, routing each model by
@@ -157,134 +187,60 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 // sent and the error (no Report) names the index. A nil ctx is
 // context.Background(), as in the driver.
 func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts ...options.Lister[options.BulkWriteOptions]) (*mongo.BulkWriteResult, error) {
-	if ctx == nil {
-		ctx = context.Background() // as the driver does
-	}
-	if inTransaction(ctx) {
-		var res *mongo.BulkWriteResult
-		err := g.inTransaction(ctx, "bulkWrite", len(models), func(ctx context.Context) (err error) {
-			res, err = g.target.BulkWrite(ctx, models, opts...)
-			return err
-		})
-		return res, err
-	}
-	if len(models) == 0 {
-		return nil, fmt.Errorf("invalid models: %w", mongo.ErrEmptySlice)
-	}
-	ordered, err := orderedOption(opts, func(o *options.BulkWriteOptions) *bool { return o.Ordered })
-	if err != nil {
-		return nil, err
-	}
-	c := g.newCall("bulkWrite", ordered)
-	c.op.Command = hooks.BulkCommand(models)
-	c.idempotent = idempotent(ctx)
-	c.newItems(len(models))
-	if err := c.prepareModels(models); err != nil {
-		return nil, err
-	}
 	total := &mongo.BulkWriteResult{Acknowledged: true}
-	c.send = func(ctx context.Context, batch []*item) (any, error) {
-		ms := make([]mongo.WriteModel, len(batch))
-		for i, it := range batch {
-			ms[i] = it.send
-		}
-		res, err := g.target.BulkWrite(ctx, ms, opts...)
-		if res != nil {
-			addBulk(total, res, batch)
-			if err == nil && !res.Acknowledged {
-				return res, errUnacked
+	return guard(g, ctx, method[mongo.BulkWriteResult]{
+		name: "bulkWrite", txInputs: len(models),
+		tx: func(ctx context.Context) (*mongo.BulkWriteResult, error) {
+			return g.target.BulkWrite(ctx, models, opts...)
+		},
+		inputs: func() (int, bool, error) {
+			if len(models) == 0 {
+				return 0, false, fmt.Errorf("invalid models: %w", mongo.ErrEmptySlice)
 			}
-		}
-		return res, err
-	}
-	first, err := c.run(ctx)
-	if err == nil {
-		if res, ok := first.(*mongo.BulkWriteResult); ok && res != nil {
-			return res, nil
-		}
-	}
-	// The driver's partial results cannot say which insert of a split
-	// bulk write was applied before a lost reply, so inserted documents
-	// are counted from the dispositions: every insert model stored once.
-	total.InsertedCount = 0
-	for _, it := range c.items {
-		if it.kind == policy.KindInsert && it.disp.Stored() {
-			total.InsertedCount++
-		}
-		if it.disp == Unacknowledged {
-			total.Acknowledged = false
-		}
-	}
-	return total, err
-}
-
-func addBulk(total, res *mongo.BulkWriteResult, batch []*item) {
-	total.InsertedCount += res.InsertedCount
-	total.MatchedCount += res.MatchedCount
-	total.ModifiedCount += res.ModifiedCount
-	total.DeletedCount += res.DeletedCount
-	total.UpsertedCount += res.UpsertedCount
-	for idx, id := range res.UpsertedIDs {
-		if idx >= 0 && int(idx) < len(batch) {
-			if total.UpsertedIDs == nil {
-				total.UpsertedIDs = map[int64]any{}
+			ordered, err := engine.Ordered(opts, func(o *options.BulkWriteOptions) *bool { return o.Ordered })
+			return len(models), ordered, err
+		},
+		prepare: func(ctx context.Context, c *engine.Call) error {
+			c.SetCommand(hooks.BulkCommand(models))
+			c.SetIdempotent(idempotent(ctx))
+			return c.PrepareModels(models)
+		},
+		send: func(ctx context.Context, b engine.Batch) (any, error) {
+			ms := make([]mongo.WriteModel, len(b))
+			for i := range b {
+				ms[i] = b.Model(i)
 			}
-			total.UpsertedIDs[int64(batch[idx].index)] = id
-		}
-	}
+			res, err := g.target.BulkWrite(ctx, ms, opts...)
+			if res != nil {
+				engine.AddBulk(total, res, b)
+				if err == nil && !res.Acknowledged {
+					return res, engine.ErrUnacked
+				}
+			}
+			return res, err
+		},
+		result: func(c *engine.Call) *mongo.BulkWriteResult {
+			// The driver's partial results cannot say which insert of a
+			// split bulk write was applied before a lost reply, so
+			// inserted documents are counted from the dispositions: every
+			// insert model stored once.
+			total.InsertedCount = 0
+			for i := range c.Len() {
+				if c.IsInsert(i) && c.Disposition(i).Stored() {
+					total.InsertedCount++
+				}
+				if c.Disposition(i) == Unacknowledged {
+					total.Acknowledged = false
+				}
+			}
+			return total
+		},
+	})
 }
 
-var errUnacked = errors.New("writeguard: unacknowledged write")
-
-func inTransaction(ctx context.Context) bool {
-	s := mongo.SessionFromContext(ctx)
-	return s != nil && s.TransactionRunning()
-}
-
-// inTransaction runs one attempt inside the caller's transaction: no
-// routing, no retry, no dead-lettering; the driver's error goes back to
-// the caller unchanged so that the transaction (the unit of retry) can be
-// retried as a whole. Hooks see the operation and its single attempt.
-func (g *Guarded) inTransaction(ctx context.Context, opName string, n int, send func(context.Context) error) error {
-	op := &hooks.Operation{Name: opName, Database: g.database, Collection: g.collection, BatchSize: n, Ordered: true, InTransaction: true}
-	t0 := g.cfg.clock.Now()
-	ctx = g.hooks.OperationStarted(ctx, op)
-	actx := g.hooks.AttemptStarted(ctx, &hooks.AttemptStart{Op: op, Attempt: 1, Documents: n})
-	a0 := g.cfg.clock.Now()
-	err := send(actx)
-	end := &hooks.AttemptEnd{Op: op, Attempt: 1, Documents: n, Duration: g.cfg.clock.Now().Sub(a0), Err: err}
-	fails := policy.Extract(err)
-	if len(fails) > 0 {
-		end.Code, end.Class, end.Failures = fails[0].Code, g.classifier.Classify(fails[0]), len(fails)
-	}
-	g.hooks.AttemptFinished(actx, end)
-	g.hooks.OperationFinished(ctx, &hooks.OperationEnd{Op: op, Attempts: 1, Err: err, Code: end.Code, Class: end.Class,
-		Duration: g.cfg.clock.Now().Sub(t0)})
-	return err
-}
-
-func sliceLen(v any) int {
-	rv := reflect.ValueOf(v)
+func sliceLen(rv reflect.Value) int {
 	if rv.Kind() == reflect.Slice {
 		return rv.Len()
 	}
 	return 0
-}
-
-// orderedOption reads the ordered option from a call's options (driver default:
-// true), applying them as the driver does.
-func orderedOption[T any](opts []options.Lister[T], get func(*T) *bool) (bool, error) {
-	var o T
-	for _, l := range opts {
-		if l == nil {
-			continue
-		}
-		for _, set := range l.List() {
-			if err := set(&o); err != nil {
-				return false, err
-			}
-		}
-	}
-	v := get(&o)
-	return v == nil || *v, nil
 }

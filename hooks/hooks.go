@@ -323,72 +323,15 @@ type Hooks struct {
 // never test for nil.
 func Compose(hs ...Hooks) Hooks {
 	return Hooks{
-		OperationStarted: func(ctx context.Context, op *Operation) context.Context {
-			for _, h := range hs {
-				if h.OperationStarted != nil {
-					ctx = keep(ctx, h.OperationStarted(ctx, op))
-				}
-			}
-			return ctx
-		},
-		AttemptStarted: func(ctx context.Context, ev *AttemptStart) context.Context {
-			for _, h := range hs {
-				if h.AttemptStarted != nil {
-					ctx = keep(ctx, h.AttemptStarted(ctx, ev))
-				}
-			}
-			return ctx
-		},
-		AttemptFinished: func(ctx context.Context, ev *AttemptEnd) {
-			for _, h := range hs {
-				if h.AttemptFinished != nil {
-					h.AttemptFinished(ctx, ev)
-				}
-			}
-		},
-		RetryScheduled: func(ctx context.Context, ev *Retry) {
-			for _, h := range hs {
-				if h.RetryScheduled != nil {
-					h.RetryScheduled(ctx, ev)
-				}
-			}
-		},
-		BudgetExhausted: func(ctx context.Context, ev *BudgetExhausted) {
-			for _, h := range hs {
-				if h.BudgetExhausted != nil {
-					h.BudgetExhausted(ctx, ev)
-				}
-			}
-		},
-		DeadLetterStarted: func(ctx context.Context, ev *DeadLetterStart) context.Context {
-			for _, h := range hs {
-				if h.DeadLetterStarted != nil {
-					ctx = keep(ctx, h.DeadLetterStarted(ctx, ev))
-				}
-			}
-			return ctx
-		},
-		DeadLetterFinished: func(ctx context.Context, ev *DeadLetterEnd) {
-			for _, h := range hs {
-				if h.DeadLetterFinished != nil {
-					h.DeadLetterFinished(ctx, ev)
-				}
-			}
-		},
-		Disposition: func(ctx context.Context, ev *Disposition) {
-			for _, h := range hs {
-				if h.Disposition != nil {
-					h.Disposition(ctx, ev)
-				}
-			}
-		},
-		OperationFinished: func(ctx context.Context, ev *OperationEnd) {
-			for _, h := range hs {
-				if h.OperationFinished != nil {
-					h.OperationFinished(ctx, ev)
-				}
-			}
-		},
+		OperationStarted:   chain(hs, func(h Hooks) func(context.Context, *Operation) context.Context { return h.OperationStarted }),
+		AttemptStarted:     chain(hs, func(h Hooks) func(context.Context, *AttemptStart) context.Context { return h.AttemptStarted }),
+		AttemptFinished:    each(hs, func(h Hooks) func(context.Context, *AttemptEnd) { return h.AttemptFinished }),
+		RetryScheduled:     each(hs, func(h Hooks) func(context.Context, *Retry) { return h.RetryScheduled }),
+		BudgetExhausted:    each(hs, func(h Hooks) func(context.Context, *BudgetExhausted) { return h.BudgetExhausted }),
+		DeadLetterStarted:  chain(hs, func(h Hooks) func(context.Context, *DeadLetterStart) context.Context { return h.DeadLetterStarted }),
+		DeadLetterFinished: each(hs, func(h Hooks) func(context.Context, *DeadLetterEnd) { return h.DeadLetterFinished }),
+		Disposition:        each(hs, func(h Hooks) func(context.Context, *Disposition) { return h.Disposition }),
+		OperationFinished:  each(hs, func(h Hooks) func(context.Context, *OperationEnd) { return h.OperationFinished }),
 		TraceIDs: func(ctx context.Context) (string, string) {
 			for _, h := range hs {
 				if h.TraceIDs != nil {
@@ -399,6 +342,31 @@ func Compose(hs ...Hooks) Hooks {
 			}
 			return "", ""
 		},
+	}
+}
+
+// each returns one callback that calls the field get reads from every set
+// of hs that has it, in order.
+func each[E any](hs []Hooks, get func(Hooks) func(context.Context, E)) func(context.Context, E) {
+	return func(ctx context.Context, ev E) {
+		for _, h := range hs {
+			if f := get(h); f != nil {
+				f(ctx, ev)
+			}
+		}
+	}
+}
+
+// chain is each for the callbacks that return a context: each callback
+// gets the context the previous one returned (nil keeps it).
+func chain[E any](hs []Hooks, get func(Hooks) func(context.Context, E) context.Context) func(context.Context, E) context.Context {
+	return func(ctx context.Context, ev E) context.Context {
+		for _, h := range hs {
+			if f := get(h); f != nil {
+				ctx = keep(ctx, f(ctx, ev))
+			}
+		}
+		return ctx
 	}
 }
 

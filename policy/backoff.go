@@ -1,8 +1,6 @@
 package policy
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -121,7 +119,8 @@ func (b Backoff) Delay(n int) time.Duration {
 	return time.Duration(r * float64(b.Ceiling(n)))
 }
 
-// Clock is the time source of the retry loop. RealClock is the default.
+// Clock is the time source of the retry loop (writeguard.WithClock);
+// the default is the wall clock.
 //
 // Deprecated: tests control time with testing/synctest (Go 1.25+): run the
 // test in synctest.Test and the real clock, the backoff waits and context
@@ -132,53 +131,6 @@ type Clock interface {
 	Now() time.Time
 	// After returns a channel that receives once d has passed.
 	After(d time.Duration) <-chan time.Time
-}
-
-// RealClock is the wall clock.
-//
-// Deprecated: tests control time with testing/synctest (Go 1.25+): run the
-// test in synctest.Test and the real clock, the backoff waits and context
-// deadlines all move on the bubble's fake clock together, which a fake
-// Clock cannot do for a context's deadline. Kept working this release;
-// it will be removed in a later one.
-type RealClock struct{}
-
-// Now returns time.Now().
-func (RealClock) Now() time.Time { return time.Now() }
-
-// After returns time.After(d).
-func (RealClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
-// ErrDeadlineTooClose is returned by Wait, at once and without sleeping,
-// when the context's deadline would pass before the delay ends: a retry
-// started after the wait could not finish in time (a retry that the
-// deadline would cut mid-flight leaves its outcome unknown).
-var ErrDeadlineTooClose = errors.New("policy: context deadline is closer than the retry delay")
-
-// Wait sleeps for d on clock. It returns nil after d; ctx's error as soon
-// as ctx is done; ErrDeadlineTooClose at once when ctx has a deadline
-// earlier than now+d. d ≤ 0 returns ctx.Err(). Pass a nil clock (the real
-// clock); the parameter stays for the deprecated Clock, and tests control
-// time with testing/synctest instead.
-func Wait(ctx context.Context, clock Clock, d time.Duration) error {
-	if clock == nil {
-		clock = RealClock{}
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d <= 0 {
-		return nil
-	}
-	if dl, ok := ctx.Deadline(); ok && clock.Now().Add(d).After(dl) {
-		return ErrDeadlineTooClose
-	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-clock.After(d):
-		return nil
-	}
 }
 
 // RefusedWait is how long a call whose retry number n (1 for the first

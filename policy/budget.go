@@ -94,15 +94,3 @@ func (b *Budget) Tokens() float64 {
 	defer b.mu.Unlock()
 	return b.tokens
 }
-
-// Charged reports whether a retry after failure f spends a token of the
-// retry budget and counts against the document's attempt limit. A
-// connection checkout failure (ShapeCheckout: the driver cleared its
-// connection pool, a checkout timed out) is not charged: one dropped
-// connection clears the pool for every caller waiting for a connection,
-// and charging each of them would let one event of the client's own drain
-// the budget and the attempts of every writer sharing the client, though
-// none of their commands reached the server. Such retries stay bounded by
-// the call's MaxElapsed and its context. Every other failure, server
-// selection included, is charged.
-func Charged(f *Failure) bool { return f == nil || f.Shape != ShapeCheckout }

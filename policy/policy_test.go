@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -211,42 +210,6 @@ func TestBackoffSchedule(t *testing.T) {
 // In a testing/synctest bubble the real clock and the context's deadline
 // move together: the wait that would pass the deadline returns at once,
 // the one inside it sleeps its full delay.
-func TestWaitNeverSleepsPastDeadline(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		defer cancel()
-		t0 := time.Now()
-		if err := policy.Wait(ctx, nil, 500*time.Millisecond); !errors.Is(err, policy.ErrDeadlineTooClose) {
-			t.Errorf("err = %v, want ErrDeadlineTooClose", err)
-		}
-		if d := time.Since(t0); d != 0 {
-			t.Errorf("slept %v before giving up", d)
-		}
-		if err := policy.Wait(ctx, nil, 100*time.Millisecond); err != nil {
-			t.Errorf("a wait inside the deadline: %v", err)
-		}
-		if d := time.Since(t0); d != 100*time.Millisecond {
-			t.Errorf("slept %v, want 100ms", d)
-		}
-	})
-}
-
-func TestWaitReturnsOnCancel(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- policy.Wait(ctx, nil, time.Hour) }()
-	time.Sleep(10 * time.Millisecond)
-	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("err = %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Wait did not return after cancel")
-	}
-}
-
 func TestBudget(t *testing.T) {
 	b, err := policy.NewBudget(10, 0.5)
 	if err != nil {

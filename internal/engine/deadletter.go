@@ -1,4 +1,4 @@
-package writeguard
+package engine
 
 import (
 	"context"
@@ -24,18 +24,18 @@ const deadLetterGather = 256
 // ordered write resumes after them, as after any handled document) and are
 // handed to the sink in gathered Puts (flushDeadLetters). Without a sink
 // they end failed at once.
-func (c *call) park(ctx context.Context, its []*item) {
+func (c *Call) park(ctx context.Context, its []*item) {
 	if len(its) == 0 {
 		return
 	}
-	if c.g.cfg.sink == nil {
+	if c.e.cfg.Sink == nil {
 		for _, it := range its {
-			c.settle(it, Failed)
+			c.settle(it, policy.Failed)
 		}
 		return
 	}
 	for _, it := range its {
-		it.parked = true
+		it.to(parked)
 	}
 	c.parked = append(c.parked, its...)
 	if len(c.parked) >= deadLetterGather {
@@ -44,7 +44,7 @@ func (c *call) park(ctx context.Context, its []*item) {
 }
 
 // flushDeadLetters hands the parked items to the sink.
-func (c *call) flushDeadLetters(ctx context.Context) {
+func (c *Call) flushDeadLetters(ctx context.Context) {
 	its := c.parked
 	c.parked = nil
 	c.deadLetter(ctx, its)
@@ -55,30 +55,30 @@ func (c *call) flushDeadLetters(ctx context.Context) {
 // its error classifies as retryable; then the fallback sink is tried; what
 // no sink stored ends "dead_letter_failed", its document kept in the
 // Report.
-func (c *call) deadLetter(ctx context.Context, its []*item) {
+func (c *Call) deadLetter(ctx context.Context, its []*item) {
 	if len(its) == 0 {
 		return
 	}
-	g := c.g
-	if g.cfg.sink == nil {
+	e := c.e
+	if e.cfg.Sink == nil {
 		for _, it := range its {
-			c.settle(it, Failed)
+			c.settle(it, policy.Failed)
 		}
 		return
 	}
-	now := g.cfg.clock.Now().UTC().Truncate(time.Millisecond)
+	now := e.cfg.Clock.Now().UTC().Truncate(time.Millisecond)
 	envs := make([]envelope.Envelope, len(its))
 	var traceID, spanID string
-	if g.hooks.TraceIDs != nil {
-		traceID, spanID = g.hooks.TraceIDs(ctx)
+	if e.hooks.TraceIDs != nil {
+		traceID, spanID = e.hooks.TraceIDs(ctx)
 	}
 	for i, it := range its {
 		envs[i] = c.envelopeFor(it, now, traceID, spanID)
 		it.keywords = envs[i].FailingKeywords
 	}
-	err := c.put(ctx, g.cfg.sink, envs, false)
-	if err != nil && g.cfg.fallback != nil {
-		if ferr := c.put(ctx, g.cfg.fallback, envs, true); ferr == nil {
+	err := c.put(ctx, e.cfg.Sink, envs, false)
+	if err != nil && e.cfg.Fallback != nil {
+		if ferr := c.put(ctx, e.cfg.Fallback, envs, true); ferr == nil {
 			err = nil
 		} else {
 			err = fmt.Errorf("%w; fallback sink: %w", err, ferr)
@@ -87,69 +87,37 @@ func (c *call) deadLetter(ctx context.Context, its []*item) {
 	for _, it := range its {
 		if err != nil {
 			it.err = fmt.Errorf("writeguard: dead-letter sink: %w", err)
-			c.settle(it, DeadLetterFailed)
+			c.settle(it, policy.DeadLetterFailed)
 		} else {
-			c.settle(it, DeadLettered)
+			c.settle(it, policy.DeadLettered)
 		}
 	}
 }
 
 // put calls sink.Put, retrying retryable errors with the write backoff.
-func (c *call) put(ctx context.Context, sink envelope.Sink, envs []envelope.Envelope, fallback bool) error {
-	g := c.g
-	return c.retrySide(ctx, g.cfg.backoff.MaxAttempts, func(attempt int) error {
+func (c *Call) put(ctx context.Context, sink envelope.Sink, envs []envelope.Envelope, fallback bool) error {
+	e := c.e
+	return c.retrySide(ctx, e.cfg.Backoff.MaxAttempts, func(attempt int) error {
 		dctx := ctx
 		var t0 time.Time
-		if g.observed {
-			dctx = g.hooks.DeadLetterStarted(ctx, &hooks.DeadLetterStart{Op: c.op, Envelopes: len(envs), Attempt: attempt, Fallback: fallback})
-			t0 = g.cfg.clock.Now()
+		if e.observed {
+			dctx = e.hooks.DeadLetterStarted(ctx, &hooks.DeadLetterStart{Op: c.op, Envelopes: len(envs), Attempt: attempt, Fallback: fallback})
+			t0 = e.cfg.Clock.Now()
 		}
 		err := recovered("dead-letter sink", func() error { return sink.Put(dctx, envs) })
-		if g.observed {
-			g.hooks.DeadLetterFinished(dctx, &hooks.DeadLetterEnd{Op: c.op, Envelopes: len(envs), Attempt: attempt, Fallback: fallback, Duration: g.cfg.clock.Now().Sub(t0), Err: err})
+		if e.observed {
+			e.hooks.DeadLetterFinished(dctx, &hooks.DeadLetterEnd{Op: c.op, Envelopes: len(envs), Attempt: attempt, Fallback: fallback, Duration: e.cfg.Clock.Now().Sub(t0), Err: err})
 		}
 		return err
 	})
 }
 
-// retrySide runs op, a side operation of the call (a dead-letter Put, a
-// read-back), until it succeeds, fails with an error that does not
-// classify as retryable, or limit attempts failed, waiting the write
-// backoff between attempts. A connection checkout failure (the driver's
-// pool is cleared and stays paused until the server is seen again) is not
-// counted (policy.Charged); the call's MaxElapsed and ctx bound every
-// attempt.
-func (c *call) retrySide(ctx context.Context, limit int, op func(attempt int) error) error {
-	g := c.g
-	counted := 0
-	for attempt := 1; ; attempt++ {
-		err := op(attempt)
-		if err == nil {
-			return nil
-		}
-		fs := policy.Extract(err)
-		if len(fs) == 0 || !g.classifier.Classify(fs[0]).Retryable() {
-			return err
-		}
-		if policy.Charged(&fs[0]) {
-			counted++
-		}
-		delay := g.cfg.backoff.Delay(attempt)
-		if max := g.cfg.backoff.MaxElapsed; counted >= limit || max > 0 && g.cfg.clock.Now().Add(delay).Sub(c.start) > max {
-			return err
-		}
-		if werr := policy.Wait(ctx, g.cfg.clock, delay); werr != nil {
-			return fmt.Errorf("%w (retry stopped: %w)", err, werr)
-		}
-	}
-}
-
 // envelopeFor builds the envelope of an Invalid item; traceID and spanID
 // come from the hooks (hooks.Hooks.TraceIDs), empty without them.
-func (c *call) envelopeFor(it *item, now time.Time, traceID, spanID string) envelope.Envelope {
+func (c *Call) envelopeFor(it *item, now time.Time, traceID, spanID string) envelope.Envelope {
 	f := it.fail
 	original, idAssigned := it.doc, false
-	if it.kind == policy.KindInsert {
+	if it.kind == KindInsert {
 		idAssigned = it.idAssigned
 	} else {
 		original = modelDocument(it.model)
@@ -167,7 +135,7 @@ func (c *call) envelopeFor(it *item, now time.Time, traceID, spanID string) enve
 		CodeName:        f.CodeName,
 		ErrMsg:          f.Message,
 		Labels:          f.Labels,
-		Namespace:       c.g.Namespace(),
+		Namespace:       c.e.Namespace(),
 		Operation:       c.op.Name,
 		BatchIndex:      it.index,
 		FirstSeen:       now,

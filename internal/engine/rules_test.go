@@ -1,23 +1,24 @@
-package policy_test
+package engine_test
 
 import (
 	"fmt"
 	"testing"
 
+	"github.com/writeguard/writeguard/internal/engine"
 	"github.com/writeguard/writeguard/policy"
 )
 
 var (
 	allClasses = []policy.Class{policy.Unknown, policy.Transient, policy.Throttled, policy.Invalid, policy.Conflict, policy.Configuration}
 	allProofs  = []policy.Proof{policy.NotApplied, policy.Applied, policy.AppliedUnconfirmed, policy.MaybeApplied, policy.NotSent}
-	allKinds   = []policy.Kind{policy.KindInsert, policy.KindUpdate, policy.KindReplace, policy.KindDelete}
+	allKinds   = []engine.Kind{engine.KindInsert, engine.KindUpdate, engine.KindReplace, engine.KindDelete}
 	bools      = []bool{false, true}
 )
 
 // everyFacts calls f with every combination of Route's facts (classes x
 // proofs x kinds x whole-command x upsert x idempotent x ever-maybe x
 // unconfirmed x upsert runs spent or not): 7,680 cases.
-func everyFacts(f func(policy.Facts)) int {
+func everyFacts(f func(engine.Facts)) int {
 	n := 0
 	for _, c := range allClasses {
 		for _, p := range allProofs {
@@ -29,7 +30,7 @@ func everyFacts(f func(policy.Facts)) int {
 								for _, unconf := range bools {
 									for _, runs := range []int{0, 2} {
 										n++
-										f(policy.Facts{Class: c, Proof: p, Kind: k, WholeCommand: whole, Upsert: up, Idempotent: idem,
+										f(engine.Facts{Class: c, Proof: p, Kind: k, WholeCommand: whole, Upsert: up, Idempotent: idem,
 											EverMaybe: maybe || unconf, Unconfirmed: unconf, UpsertRuns: runs, MaxUpsertRuns: 2})
 									}
 								}
@@ -46,28 +47,28 @@ func everyFacts(f func(policy.Facts)) int {
 // The routing table, exhaustively: every rule of the issue "every
 // disposition true" is checked on every combination of facts.
 func TestRouteExhaustive(t *testing.T) {
-	n := everyFacts(func(f policy.Facts) {
-		d := policy.Route(f)
+	n := everyFacts(func(f engine.Facts) {
+		d := engine.Route(f)
 		name := fmt.Sprintf("%+v -> %s %s (%s)", f, d.Action, d.Disposition, d.Rule)
-		resendable := f.Kind == policy.KindInsert || f.Idempotent
+		resendable := f.Kind == engine.KindInsert || f.Idempotent
 		maybe := f.EverMaybe || f.Proof == policy.MaybeApplied
 
 		// A whole-command failure is never a verdict on the documents.
-		if f.WholeCommand && (d.Action == policy.DeadLetter || d.Action == policy.HandleConflict) {
+		if f.WholeCommand && (d.Action == engine.DeadLetter || d.Action == engine.HandleConflict) {
 			t.Errorf("whole-command failure dead-lettered or sent to the conflict handler: %s", name)
 		}
 		// Only the retryable classes are retried (and upsert races, and
 		// write concern errors of retryable classes).
-		if d.Action == policy.Retry && !f.Class.Retryable() && !(f.Class == policy.Conflict && f.Upsert && !f.WholeCommand) {
+		if d.Action == engine.Retry && !f.Class.Retryable() && !(f.Class == policy.Conflict && f.Upsert && !f.WholeCommand) {
 			t.Errorf("non-retryable class retried: %s", name)
 		}
 		// A model that may have been applied is re-sent only when that is
 		// idempotent (inserts, or marked).
-		if d.Action == policy.Retry && maybe && !resendable {
+		if d.Action == engine.Retry && maybe && !resendable {
 			t.Errorf("non-idempotent model re-sent after an ambiguous attempt: %s", name)
 		}
-		if d.Action != policy.Settle {
-			if d.Action == policy.ReadBack && f.Kind != policy.KindInsert {
+		if d.Action != engine.Settle {
+			if d.Action == engine.ReadBack && f.Kind != engine.KindInsert {
 				t.Errorf("read-back of a non-insert: %s", name)
 			}
 			return
@@ -102,45 +103,45 @@ func TestRouteExhaustive(t *testing.T) {
 
 // The table's own rows, one per rule, as a reader checks them.
 func TestRouteRules(t *testing.T) {
-	ins := func(c policy.Class, p policy.Proof) policy.Facts {
-		return policy.Facts{Class: c, Proof: p, Kind: policy.KindInsert, EverMaybe: p == policy.MaybeApplied || p == policy.AppliedUnconfirmed, Unconfirmed: p == policy.AppliedUnconfirmed}
+	ins := func(c policy.Class, p policy.Proof) engine.Facts {
+		return engine.Facts{Class: c, Proof: p, Kind: engine.KindInsert, EverMaybe: p == policy.MaybeApplied || p == policy.AppliedUnconfirmed, Unconfirmed: p == policy.AppliedUnconfirmed}
 	}
-	upd := func(c policy.Class, p policy.Proof) policy.Facts {
+	upd := func(c policy.Class, p policy.Proof) engine.Facts {
 		f := ins(c, p)
-		f.Kind = policy.KindUpdate
+		f.Kind = engine.KindUpdate
 		return f
 	}
-	whole := func(f policy.Facts) policy.Facts { f.WholeCommand = true; return f }
+	whole := func(f engine.Facts) engine.Facts { f.WholeCommand = true; return f }
 	cases := []struct {
 		name   string
-		facts  policy.Facts
-		action policy.Action
+		facts  engine.Facts
+		action engine.Action
 		disp   policy.Disposition
 	}{
-		{"invalid document is dead-lettered", ins(policy.Invalid, policy.NotApplied), policy.DeadLetter, ""},
-		{"whole-command invalid (Cosmos code 2 class) fails loudly", whole(ins(policy.Invalid, policy.NotApplied)), policy.Settle, policy.Failed},
-		{"whole-command conflict fails loudly", whole(ins(policy.Conflict, policy.NotApplied)), policy.Settle, policy.Failed},
-		{"interrupted insert is retried", whole(ins(policy.Transient, policy.MaybeApplied)), policy.Retry, ""},
-		{"interrupted update (not idempotent) is unknown", whole(upd(policy.Transient, policy.MaybeApplied)), policy.Settle, policy.OutcomeUnknown},
-		{"11601 Interrupted (unknown class) leaves unknown", whole(ins(policy.Unknown, policy.MaybeApplied)), policy.Settle, policy.OutcomeUnknown},
-		{"pool cleared (not sent) is retried", whole(ins(policy.Transient, policy.NotSent)), policy.Retry, ""},
-		{"unknown and never sent is not_attempted", whole(ins(policy.Unknown, policy.NotSent)), policy.Settle, policy.NotAttempted},
-		{"duplicate after an ambiguous attempt is read back", ins(policy.Conflict, policy.NotApplied), policy.HandleConflict, ""},
-		{"write concern error on a retryable insert is retried", whole(ins(policy.Transient, policy.AppliedUnconfirmed)), policy.Retry, ""},
-		{"write concern error 64 stays written_unconfirmed", whole(ins(policy.Unknown, policy.AppliedUnconfirmed)), policy.Settle, policy.WrittenUnconfirmed},
-		{"configuration failure fails", whole(ins(policy.Configuration, policy.NotApplied)), policy.Settle, policy.Failed},
+		{"invalid document is dead-lettered", ins(policy.Invalid, policy.NotApplied), engine.DeadLetter, ""},
+		{"whole-command invalid (Cosmos code 2 class) fails loudly", whole(ins(policy.Invalid, policy.NotApplied)), engine.Settle, policy.Failed},
+		{"whole-command conflict fails loudly", whole(ins(policy.Conflict, policy.NotApplied)), engine.Settle, policy.Failed},
+		{"interrupted insert is retried", whole(ins(policy.Transient, policy.MaybeApplied)), engine.Retry, ""},
+		{"interrupted update (not idempotent) is unknown", whole(upd(policy.Transient, policy.MaybeApplied)), engine.Settle, policy.OutcomeUnknown},
+		{"11601 Interrupted (unknown class) leaves unknown", whole(ins(policy.Unknown, policy.MaybeApplied)), engine.Settle, policy.OutcomeUnknown},
+		{"pool cleared (not sent) is retried", whole(ins(policy.Transient, policy.NotSent)), engine.Retry, ""},
+		{"unknown and never sent is not_attempted", whole(ins(policy.Unknown, policy.NotSent)), engine.Settle, policy.NotAttempted},
+		{"duplicate after an ambiguous attempt is read back", ins(policy.Conflict, policy.NotApplied), engine.HandleConflict, ""},
+		{"write concern error on a retryable insert is retried", whole(ins(policy.Transient, policy.AppliedUnconfirmed)), engine.Retry, ""},
+		{"write concern error 64 stays written_unconfirmed", whole(ins(policy.Unknown, policy.AppliedUnconfirmed)), engine.Settle, policy.WrittenUnconfirmed},
+		{"configuration failure fails", whole(ins(policy.Configuration, policy.NotApplied)), engine.Settle, policy.Failed},
 	}
 	maybeDup := ins(policy.Conflict, policy.NotApplied)
 	maybeDup.EverMaybe = true
 	cases = append(cases, struct {
 		name   string
-		facts  policy.Facts
-		action policy.Action
+		facts  engine.Facts
+		action engine.Action
 		disp   policy.Disposition
-	}{"own-write check after an ambiguous attempt", maybeDup, policy.ReadBack, ""})
+	}{"own-write check after an ambiguous attempt", maybeDup, engine.ReadBack, ""})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			d := policy.Route(c.facts)
+			d := engine.Route(c.facts)
 			if d.Action != c.action || d.Disposition != c.disp {
 				t.Errorf("Route = %s %q (%s), want %s %q", d.Action, d.Disposition, d.Rule, c.action, c.disp)
 			}
@@ -152,14 +153,14 @@ func TestRouteRules(t *testing.T) {
 // whatever stopped them; nothing that may be stored is called exhausted or
 // not_attempted without a read-back.
 func TestGiveUpExhaustive(t *testing.T) {
-	for _, why := range []policy.StopReason{policy.StopAttempts, policy.StopElapsed, policy.StopBudget, policy.StopContext, policy.StopOrdered, policy.StopConfiguration} {
+	for _, why := range []engine.StopReason{engine.StopAttempts, engine.StopElapsed, engine.StopBudget, engine.StopContext, engine.StopOrdered, engine.StopConfiguration} {
 		for _, k := range allKinds {
 			for _, sent := range bools {
 				for _, maybe := range bools {
 					for _, unconf := range bools {
 						for _, canRead := range bools {
-							f := policy.GiveUpFacts{Reason: why, Kind: k, Sent: sent, EverMaybe: maybe || unconf, Unconfirmed: unconf, CanRead: canRead}
-							d := policy.GiveUp(f)
+							f := engine.GiveUpFacts{Reason: why, Kind: k, Sent: sent, EverMaybe: maybe || unconf, Unconfirmed: unconf, CanRead: canRead}
+							d := engine.GiveUp(f)
 							name := fmt.Sprintf("%+v -> %s %s", f, d.Action, d.Disposition)
 							switch {
 							case !sent && d.Disposition != policy.NotAttempted:
@@ -168,9 +169,9 @@ func TestGiveUpExhaustive(t *testing.T) {
 								t.Errorf("applied with a write concern error but not written_unconfirmed: %s", name)
 							case sent && f.EverMaybe && !unconf && (d.Disposition == policy.Exhausted || d.Disposition == policy.NotAttempted):
 								t.Errorf("may be stored but called %s: %s", d.Disposition, name)
-							case d.Action == policy.ReadBack && (k != policy.KindInsert || !canRead):
+							case d.Action == engine.ReadBack && (k != engine.KindInsert || !canRead):
 								t.Errorf("read-back not possible: %s", name)
-							case d.Action != policy.Settle && d.Action != policy.ReadBack:
+							case d.Action != engine.Settle && d.Action != engine.ReadBack:
 								t.Errorf("GiveUp must settle or read back: %s", name)
 							}
 						}
@@ -185,20 +186,20 @@ func TestAfterReadBack(t *testing.T) {
 	cases := []struct {
 		found, same, unconf bool
 		fallback            policy.Disposition
-		action              policy.Action
+		action              engine.Action
 		disp                policy.Disposition
 	}{
-		{true, true, false, "", policy.Settle, policy.AlreadyWritten},
+		{true, true, false, "", engine.Settle, policy.AlreadyWritten},
 		// A read-back proves presence, not durability.
-		{true, true, true, "", policy.Settle, policy.WrittenUnconfirmed},
-		{true, true, true, policy.Exhausted, policy.Settle, policy.WrittenUnconfirmed},
-		{true, false, false, "", policy.HandleConflict, ""},
-		{false, false, false, "", policy.HandleConflict, ""},
-		{false, false, false, policy.Exhausted, policy.Settle, policy.Exhausted},
-		{false, false, false, policy.NotAttempted, policy.Settle, policy.NotAttempted},
+		{true, true, true, "", engine.Settle, policy.WrittenUnconfirmed},
+		{true, true, true, policy.Exhausted, engine.Settle, policy.WrittenUnconfirmed},
+		{true, false, false, "", engine.HandleConflict, ""},
+		{false, false, false, "", engine.HandleConflict, ""},
+		{false, false, false, policy.Exhausted, engine.Settle, policy.Exhausted},
+		{false, false, false, policy.NotAttempted, engine.Settle, policy.NotAttempted},
 	}
 	for _, c := range cases {
-		d := policy.AfterReadBack(c.found, c.same, c.unconf, c.fallback)
+		d := engine.AfterReadBack(c.found, c.same, c.unconf, c.fallback)
 		if d.Action != c.action || d.Disposition != c.disp {
 			t.Errorf("AfterReadBack(%v, %v, %v, %q) = %s %q, want %s %q", c.found, c.same, c.unconf, c.fallback, d.Action, d.Disposition, c.action, c.disp)
 		}
@@ -207,36 +208,22 @@ func TestAfterReadBack(t *testing.T) {
 
 // Every shape has a row that names it, says what it proves and cites its
 // source.
-func TestReplyShapesTable(t *testing.T) {
-	for i, row := range policy.ReplyShapes() {
-		if int(row.Shape) != i || row.Name == "" || len(row.Source) < 20 {
-			t.Errorf("row %d: %+v: want its shape, a name and a source", i, row)
-		}
-		if row.Shape.String() != row.Name {
-			t.Errorf("row %d: String() = %q, want %q", i, row.Shape.String(), row.Name)
-		}
-		if row.Shape != policy.ShapeWriteError && row.Others != row.Failed {
-			t.Errorf("row %s: a whole-command shape proves the same for every document", row.Name)
-		}
-	}
-}
-
 func TestAttemptLimit(t *testing.T) {
 	b := policy.DefaultBackoff()
 	driverRetried := policy.Failure{Index: policy.WholeCommand, Shape: policy.ShapeCommandRejected, Labels: []string{policy.LabelSystemOverloaded, policy.LabelRetryable}}
 	perDoc := policy.Failure{Index: 0, Shape: policy.ShapeWriteError, Code: 16500}
-	if got := policy.AttemptLimit(policy.Throttled, &driverRetried, b, 2); got != 2 {
+	if got := engine.AttemptLimit(policy.Throttled, &driverRetried, b, 2); got != 2 {
 		t.Errorf("driver-retried overload: limit %d, want 2", got)
 	}
-	if got := policy.AttemptLimit(policy.Throttled, &perDoc, b, 2); got < 1000 {
+	if got := engine.AttemptLimit(policy.Throttled, &perDoc, b, 2); got < 1000 {
 		t.Errorf("per-document 16500 (never retried by the driver): limit %d, want bounded only by time and budget", got)
 	}
-	if got := policy.AttemptLimit(policy.Transient, &perDoc, b, 2); got != b.MaxAttempts {
+	if got := engine.AttemptLimit(policy.Transient, &perDoc, b, 2); got != b.MaxAttempts {
 		t.Errorf("transient: limit %d, want %d", got, b.MaxAttempts)
 	}
 	one := b
 	one.MaxAttempts = 1
-	if got := policy.AttemptLimit(policy.Throttled, &perDoc, one, 2); got != 1 {
+	if got := engine.AttemptLimit(policy.Throttled, &perDoc, one, 2); got != 1 {
 		t.Errorf("MaxAttempts 1 disables retries, got %d", got)
 	}
 }
@@ -251,7 +238,7 @@ func TestOrderedWindow(t *testing.T) {
 		{200, 200, 3, 16},  // dense rejections again
 	}
 	for _, c := range cases {
-		if got := policy.OrderedWindow(c.window, c.sent, c.stopAt); got != c.want {
+		if got := engine.OrderedWindow(c.window, c.sent, c.stopAt); got != c.want {
 			t.Errorf("OrderedWindow(%d, %d, %d) = %d, want %d", c.window, c.sent, c.stopAt, got, c.want)
 		}
 	}
@@ -260,9 +247,9 @@ func TestOrderedWindow(t *testing.T) {
 // A possibly applied document that the read-back did not find was sent:
 // never not_attempted, and unknown only when the context ended.
 func TestReadBackFallback(t *testing.T) {
-	for _, why := range []policy.StopReason{policy.StopAttempts, policy.StopElapsed, policy.StopBudget, policy.StopContext, policy.StopOrdered, policy.StopConfiguration} {
-		d := policy.ReadBackFallback(why)
-		if d == policy.NotAttempted || (d == policy.OutcomeUnknown) != (why == policy.StopContext) {
+	for _, why := range []engine.StopReason{engine.StopAttempts, engine.StopElapsed, engine.StopBudget, engine.StopContext, engine.StopOrdered, engine.StopConfiguration} {
+		d := engine.ReadBackFallback(why)
+		if d == policy.NotAttempted || (d == policy.OutcomeUnknown) != (why == engine.StopContext) {
 			t.Errorf("ReadBackFallback(%d) = %s", why, d)
 		}
 	}

@@ -1,10 +1,11 @@
-package policy_test
+package engine_test
 
 import (
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/writeguard/writeguard/internal/engine"
 	"github.com/writeguard/writeguard/mocks"
 	"github.com/writeguard/writeguard/policy"
 )
@@ -20,9 +21,9 @@ func ExampleRoute() {
 	class := policy.Default().Classify(f)
 	fmt.Println("shape:", f.Shape, "proof:", f.Proof(), "class:", class)
 
-	for _, kind := range []policy.Kind{policy.KindInsert, policy.KindUpdate} {
-		d := policy.Route(policy.Facts{Class: class, WholeCommand: true, Proof: f.Proof(), Kind: kind})
-		fmt.Printf("%s: action %s, disposition %q, rule %s\n", map[policy.Kind]string{policy.KindInsert: "insert", policy.KindUpdate: "update"}[kind], d.Action, d.Disposition, d.Rule)
+	for _, kind := range []engine.Kind{engine.KindInsert, engine.KindUpdate} {
+		d := engine.Route(engine.Facts{Class: class, WholeCommand: true, Proof: f.Proof(), Kind: kind})
+		fmt.Printf("%s: action %s, disposition %q, rule %s\n", map[engine.Kind]string{engine.KindInsert: "insert", engine.KindUpdate: "update"}[kind], d.Action, d.Disposition, d.Rule)
 	}
 	// Output:
 	// shape: interrupted proof: maybe_applied class: transient

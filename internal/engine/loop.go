@@ -1,62 +1,24 @@
-package writeguard
+package engine
 
 import (
 	"context"
 	"errors"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/policy"
 )
 
-// The write loop. Each attempt sends the pending documents, reads what the
-// reply proves about each (policy.Extract, Failure.Proof), asks
-// policy.Route what to do with each, and applies the decisions: settle,
-// retry, read back, dead-letter, hand to the conflict handler. Documents
-// whose retries stop are decided by policy.GiveUp. Every decision is in
-// policy; this file only carries them out.
-
-// item is one input document or write model on its way through the chain.
-type item struct {
-	index      int
-	kind       policy.Kind
-	doc        bson.Raw      // insert: the prepared document; replace: the replacement
-	boxed      any           // insert: doc as the driver takes it, boxed once per call
-	id         bson.RawValue // insert: the _id
-	model      mongo.WriteModel
-	send       mongo.WriteModel // bulk: the model to send
-	upsert     bool
-	disp       Disposition
-	fail       *policy.Failure
-	class      policy.Class
-	attempts   int  // attempts that sent it to the server
-	tries      int  // attempts counted against its limit (not an ordered write's unexecuted tail, not a checkout failure)
-	maybe      bool // an attempt may have applied it (lost reply, interruption, write concern error)
-	unconf     bool // an attempt applied it with a write concern error
-	upsertRuns int
-	retry      bool // scheduled for the next attempt
-	parked     bool // invalid, waiting for the gathered dead-letter Put
-	err        error
-	keywords   []string
-	prefail    bool // failed in prepare, never sent
-	idAssigned bool // writeguard gave the document its _id
-}
-
-// idValue is the _id as the driver returns it (policy.IDValue).
-func (it *item) idValue() any { return policy.IDValue(it.id) }
-
-// call is the state of one guarded call.
-type call struct {
-	g          *Guarded
+// Call is the state of one guarded call: made by Engine.NewCall, prepared
+// (PrepareDocs, PrepareModels), then Run once. Not safe for concurrent use.
+type Call struct {
+	e          *Engine
 	op         *hooks.Operation
 	ctx        context.Context // the operation context (hooks)
 	ordered    bool
 	idempotent bool
 	items      []*item
-	send       func(ctx context.Context, batch []*item) (any, error)
+	send       Send
 
 	start    time.Time
 	attempts int
@@ -75,24 +37,16 @@ type todo struct {
 	readBack, deadLetter, conflict []*item
 }
 
-func (g *Guarded) newCall(name string, ordered bool) *call {
-	return &call{
-		g:       g,
-		ordered: ordered,
-		op:      &hooks.Operation{Name: name, Database: g.database, Collection: g.collection, Ordered: ordered},
-	}
-}
-
 // run drives the call to a terminal disposition for every item. It returns
 // the driver's result of the first attempt when that attempt succeeded for
 // every item (so the caller gets exactly what the driver returns), and nil
 // or a *Report.
-func (c *call) run(ctx context.Context) (any, error) {
-	g := c.g
+func (c *Call) run(ctx context.Context) (any, error) {
+	e := c.e
 	c.op.BatchSize = len(c.items)
-	c.start = g.cfg.clock.Now()
-	if g.observed {
-		ctx = g.hooks.OperationStarted(ctx, c.op)
+	c.start = e.cfg.Clock.Now()
+	if e.observed {
+		ctx = e.hooks.OperationStarted(ctx, c.op)
 	}
 	c.ctx = ctx
 
@@ -111,16 +65,16 @@ func (c *call) run(ctx context.Context) (any, error) {
 			// Nothing more leaves the client: the documents never sent
 			// are not_attempted, whatever stopped them.
 			c.extra = append(c.extra, err)
-			c.giveUp(ctx, batch, policy.StopContext)
+			c.giveUp(ctx, batch, StopContext)
 			break
 		}
 		c.stopAt = -1
 		res, err := c.attempt(ctx, batch, delay)
-		if c.attempts == 1 && (err == nil || errors.Is(err, errUnacked)) {
+		if c.attempts == 1 && (err == nil || errors.Is(err, ErrUnacked)) {
 			first = res
 		}
 		if c.ordered {
-			c.window = policy.OrderedWindow(c.window, len(batch), c.stopAt)
+			c.window = OrderedWindow(c.window, len(batch), c.stopAt)
 		}
 		delay = c.scheduleRetry(ctx)
 	}
@@ -130,8 +84,8 @@ func (c *call) run(ctx context.Context) (any, error) {
 
 // attempt sends batch once and routes every document by what the reply
 // proved. Hook events are built only when hooks are installed.
-func (c *call) attempt(ctx context.Context, batch []*item, delay time.Duration) (any, error) {
-	g := c.g
+func (c *Call) attempt(ctx context.Context, batch []*item, delay time.Duration) (any, error) {
+	e := c.e
 	c.attempts++
 	for _, it := range batch {
 		it.tries++
@@ -139,29 +93,29 @@ func (c *call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 	}
 	actx := ctx
 	var t0 time.Time
-	if g.observed {
-		actx = g.hooks.AttemptStarted(ctx, &hooks.AttemptStart{Op: c.op, Attempt: c.attempts, Documents: len(batch), Delay: delay})
-		t0 = g.cfg.clock.Now()
+	if e.observed {
+		actx = e.hooks.AttemptStarted(ctx, &hooks.AttemptStart{Op: c.op, Attempt: c.attempts, Documents: len(batch), Delay: delay})
+		t0 = e.cfg.Clock.Now()
 	}
 	res, err := c.send(actx, batch)
 	var fails []policy.Failure
-	if err != nil && !errors.Is(err, errUnacked) {
+	if err != nil && !errors.Is(err, ErrUnacked) {
 		fails = policy.Extract(err)
 	}
-	if g.observed {
+	if e.observed {
 		c.attemptFinished(actx, len(batch), t0, err, fails)
 	}
 	switch {
 	case err == nil:
-		g.cfg.budget.Success()
+		e.cfg.Budget.Success()
 		for _, it := range batch {
-			c.settle(it, Written)
+			c.settle(it, policy.Written)
 		}
-	case errors.Is(err, errUnacked):
+	case errors.Is(err, ErrUnacked):
 		for _, it := range batch {
-			c.settle(it, Unacknowledged)
+			c.settle(it, policy.Unacknowledged)
 		}
-		if !g.cfg.allowUnacked {
+		if !e.cfg.AllowUnacked {
 			c.extra = append(c.extra, ErrUnacknowledged)
 		}
 	default:
@@ -172,22 +126,22 @@ func (c *call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 }
 
 // attemptFinished reports the end of an attempt to the hooks.
-func (c *call) attemptFinished(actx context.Context, docs int, t0 time.Time, err error, fails []policy.Failure) {
-	g := c.g
-	end := &hooks.AttemptEnd{Op: c.op, Attempt: c.attempts, Documents: docs, Duration: g.cfg.clock.Now().Sub(t0), Err: err}
-	if errors.Is(err, errUnacked) {
+func (c *Call) attemptFinished(actx context.Context, docs int, t0 time.Time, err error, fails []policy.Failure) {
+	e := c.e
+	end := &hooks.AttemptEnd{Op: c.op, Attempt: c.attempts, Documents: docs, Duration: e.cfg.Clock.Now().Sub(t0), Err: err}
+	if errors.Is(err, ErrUnacked) {
 		end.Err = nil
 	} else if len(fails) > 0 {
-		end.Code, end.Class, end.Failures = fails[0].Code, g.classifier.Classify(fails[0]), len(fails)
+		end.Code, end.Class, end.Failures = fails[0].Code, e.cfg.Classifier.Classify(fails[0]), len(fails)
 	}
-	g.hooks.AttemptFinished(actx, end)
+	e.hooks.AttemptFinished(actx, end)
 }
 
 // pending returns the items still to send, in input order.
-func (c *call) pending() []*item {
+func (c *Call) pending() []*item {
 	var out []*item
 	for _, it := range c.items {
-		if it.disp == "" && !it.parked {
+		if it.live() {
 			out = append(out, it)
 		}
 	}
@@ -195,41 +149,42 @@ func (c *call) pending() []*item {
 }
 
 // settle gives it its terminal disposition and reports it.
-func (c *call) settle(it *item, d Disposition) {
-	if it.disp != "" {
+func (c *Call) settle(it *item, d policy.Disposition) {
+	if it.state == done {
 		return
 	}
-	it.disp, it.retry = d, false
-	if !c.g.observed {
+	it.disp = d
+	it.to(done)
+	if !c.e.observed {
 		return
 	}
 	ev := &hooks.Disposition{Op: c.op, Index: it.index, Disposition: d, Attempts: it.attempts, FailingKeywords: it.keywords}
-	if it.kind == policy.KindInsert {
+	if it.kind == KindInsert {
 		ev.ID = it.idValue()
 	}
-	if it.fail != nil && d != Written {
+	if it.fail != nil && d != policy.Written {
 		ev.Failed = true
 		ev.Class, ev.Code, ev.CodeName = it.class, it.fail.Code, it.fail.CodeName
 	}
-	c.g.hooks.Disposition(c.ctx, ev)
+	c.e.hooks.Disposition(c.ctx, ev)
 }
 
 // apply carries out one decision for it; actions that need I/O are
 // collected in td.
-func (c *call) apply(it *item, d policy.Decision, td *todo) {
+func (c *Call) apply(it *item, d Decision, td *todo) {
 	switch d.Action {
-	case policy.Settle:
+	case Settle:
 		c.settle(it, d.Disposition)
-	case policy.Retry:
-		it.retry = true
-		if d.Rule == policy.RuleUpsertRace {
+	case Retry:
+		it.to(retrying)
+		if d.Rule == RuleUpsertRace {
 			it.upsertRuns++
 		}
-	case policy.ReadBack:
+	case ReadBack:
 		td.readBack = append(td.readBack, it)
-	case policy.DeadLetter:
+	case DeadLetter:
 		td.deadLetter = append(td.deadLetter, it)
-	case policy.HandleConflict:
+	case HandleConflict:
 		td.conflict = append(td.conflict, it)
 	}
 }
@@ -239,7 +194,7 @@ func (c *call) apply(it *item, d policy.Decision, td *todo) {
 // hand-off. fallback is the disposition of a possibly applied document
 // whose read-back finds nothing or fails when the call stops retrying it
 // ("" after a duplicate key: see policy.AfterReadBack).
-func (c *call) carryOut(ctx context.Context, td *todo, fallback Disposition, others []*item) {
+func (c *Call) carryOut(ctx context.Context, td *todo, fallback policy.Disposition, others []*item) {
 	c.readBackAll(ctx, td, fallback, others)
 	for _, it := range td.conflict {
 		if !c.conflictIdentifiable(it) {
@@ -253,18 +208,18 @@ func (c *call) carryOut(ctx context.Context, td *todo, fallback Disposition, oth
 // routePrefailed routes the documents that failed before any attempt
 // (marshal errors, oversized documents): a client-side verdict on one
 // document is Invalid (dead-lettered when there are bytes to store).
-func (c *call) routePrefailed(ctx context.Context) {
+func (c *Call) routePrefailed(ctx context.Context) {
 	var invalid []*item
 	for _, it := range c.items {
-		if !it.prefail {
+		if it.state != prefailed {
 			continue
 		}
-		it.class = c.g.classifier.Classify(*it.fail)
+		it.class = c.e.cfg.Classifier.Classify(*it.fail)
 		if it.class == policy.Invalid && it.doc != nil {
 			invalid = append(invalid, it)
 			continue
 		}
-		c.settle(it, Failed)
+		c.settle(it, policy.Failed)
 	}
 	c.park(ctx, invalid)
 	c.stopOrdered(ctx)
@@ -272,42 +227,42 @@ func (c *call) routePrefailed(ctx context.Context) {
 
 // stopOrdered ends an ordered write at its first unhandled document: the
 // pending documents after it are given up (policy.GiveUp, StopOrdered).
-func (c *call) stopOrdered(ctx context.Context) {
+func (c *Call) stopOrdered(ctx context.Context) {
 	if !c.ordered {
 		return
 	}
 	var tail []*item
 	stop := false
 	for _, it := range c.items {
-		if stop && it.disp == "" && !it.parked {
+		if stop && it.live() {
 			tail = append(tail, it)
 			continue
 		}
-		if it.disp != "" && !it.disp.Handled() && !it.disp.Stored() {
+		if it.state == done && !it.disp.Handled() && !it.disp.Stored() {
 			stop = true
 		}
 	}
-	c.giveUp(ctx, tail, policy.StopOrdered)
+	c.giveUp(ctx, tail, StopOrdered)
 }
 
 // giveUp ends items that will not be sent again, as policy.GiveUp decides.
-func (c *call) giveUp(ctx context.Context, its []*item, why policy.StopReason) {
+func (c *Call) giveUp(ctx context.Context, its []*item, why StopReason) {
 	if len(its) == 0 {
 		return
 	}
 	var td todo
 	canRead := ctx.Err() == nil
-	fallback := policy.ReadBackFallback(why)
+	fallback := ReadBackFallback(why)
 	for _, it := range its {
-		if it.disp != "" || it.parked {
+		if !it.live() {
 			continue
 		}
-		c.apply(it, policy.GiveUp(policy.GiveUpFacts{Reason: why, Kind: it.kind, Sent: it.attempts > 0,
-			EverMaybe: it.maybe, Unconfirmed: it.unconf, CanRead: canRead}), &td)
+		c.apply(it, GiveUp(GiveUpFacts{Reason: why, Kind: it.kind, Sent: it.attempts > 0,
+			EverMaybe: it.mayBeApplied(), Unconfirmed: it.ev == unconfirmed, CanRead: canRead}), &td)
 	}
 	c.carryOut(ctx, &td, fallback, nil)
 	for _, it := range its {
-		if !it.parked {
+		if it.state != parked {
 			c.settle(it, fallback) // a read-back that could not decide
 		}
 	}

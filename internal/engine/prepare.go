@@ -1,4 +1,4 @@
-package writeguard
+package engine
 
 import (
 	"errors"
@@ -14,29 +14,25 @@ import (
 // given its _id before the first attempt, so that no retry can store it
 // twice.
 
+// The errors of a document that fails in prepare, kept in its Failure.Err
+// (the root names them in Report.Error without quoting them).
 var (
-	errTooLarge    = errors.New("document too large")
-	errInvalidBSON = errors.New("invalid BSON document")
+	ErrTooLarge    = errors.New("document too large")
+	ErrInvalidBSON = errors.New("invalid BSON document")
 )
 
-// newItems allocates n items in one slab.
-func (c *call) newItems(n int) {
-	slab := make([]item, n)
-	c.items = make([]*item, n)
-	for i := range slab {
-		slab[i].index = i
-		c.items[i] = &slab[i]
-	}
-}
+// PrepareDocs prepares the documents of an insert call: docs[i] is input
+// i (len(docs) == Len()).
+func (c *Call) PrepareDocs(docs []any) { c.prepareDocs(c.items, docs) }
 
 // prepareDocs prepares the documents of an insert: each one is
 // marshalled once and given an _id when it has none; the copies that carry
 // a new _id are made in one slab for the whole call (one allocation, not
 // one per document). docs[i] is the input document of its[i].
-func (c *call) prepareDocs(its []*item, docs []any) {
+func (c *Call) prepareDocs(its []*item, docs []any) {
 	need := 0
 	for i, it := range its {
-		it.kind = policy.KindInsert
+		it.kind = KindInsert
 		raw, err := marshalDoc(docs[i])
 		if err != nil {
 			c.prefail(it, err)
@@ -52,7 +48,7 @@ func (c *call) prepareDocs(its []*item, docs []any) {
 	}
 	slab := make([]byte, 0, need)
 	for _, it := range its {
-		if it.prefail {
+		if it.state == prefailed {
 			continue
 		}
 		if it.idAssigned {
@@ -66,21 +62,15 @@ func (c *call) prepareDocs(its []*item, docs []any) {
 	}
 }
 
-// prepareDoc prepares the document of InsertOne.
-func (c *call) prepareDoc(it *item, doc any) {
-	its, docs := [1]*item{it}, [1]any{doc}
-	c.prepareDocs(its[:], docs[:])
-}
-
-func (c *call) checkSize(it *item) {
-	if len(it.doc) > MaxDocumentSize {
-		c.prefail(it, fmt.Errorf("document is %d bytes, over the %d-byte maximum (BSONObjectTooLarge): %w", len(it.doc), MaxDocumentSize, errTooLarge))
+func (c *Call) checkSize(it *item) {
+	if len(it.doc) > policy.MaxBSONSize {
+		c.prefail(it, fmt.Errorf("document is %d bytes, over the %d-byte maximum (BSONObjectTooLarge): %w", len(it.doc), policy.MaxBSONSize, ErrTooLarge))
 		it.fail.Code, it.fail.CodeName = 10334, "BSONObjectTooLarge"
 	}
 }
 
-func (c *call) prefail(it *item, err error) {
-	it.prefail = true
+func (c *Call) prefail(it *item, err error) {
+	it.to(prefailed)
 	it.fail = &policy.Failure{Index: it.index, Origin: policy.OriginClient, Shape: policy.ShapeClient, Message: err.Error(), Err: err}
 }
 
@@ -105,7 +95,7 @@ func marshalDoc(doc any) (bson.Raw, error) {
 
 func validate(raw bson.Raw) error {
 	if err := raw.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", errInvalidBSON, err)
+		return fmt.Errorf("%w: %w", ErrInvalidBSON, err)
 	}
 	return nil
 }
@@ -129,11 +119,11 @@ func appendWithID(dst []byte, raw bson.Raw, oid bson.ObjectID) []byte {
 	return dst
 }
 
-// prepareModels reads every model's kind, prepares the documents of the
+// PrepareModels reads every model's kind, prepares the documents of the
 // insert models together (prepareDocs) and sends each insert model as a
 // copy holding its prepared document; other models are sent as they are.
 // A nil or unsupported model is an error naming its index.
-func (c *call) prepareModels(models []mongo.WriteModel) error {
+func (c *Call) PrepareModels(models []mongo.WriteModel) error {
 	var inserts []*item
 	var docs []any
 	for i, m := range models {
@@ -147,7 +137,7 @@ func (c *call) prepareModels(models []mongo.WriteModel) error {
 	}
 	c.prepareDocs(inserts, docs)
 	for _, it := range inserts {
-		if !it.prefail || it.doc != nil {
+		if it.state != prefailed || it.doc != nil {
 			it.send = &mongo.InsertOneModel{Document: it.doc}
 		}
 	}
@@ -155,20 +145,20 @@ func (c *call) prepareModels(models []mongo.WriteModel) error {
 }
 
 // prepareModel records the kind of one model.
-func (c *call) prepareModel(it *item, m mongo.WriteModel) error {
+func (c *Call) prepareModel(it *item, m mongo.WriteModel) error {
 	i := it.index
 	it.model, it.send = m, m
 	switch mm := m.(type) {
 	case *mongo.InsertOneModel:
-		it.kind = policy.KindInsert
+		it.kind = KindInsert
 	case *mongo.UpdateOneModel:
-		it.kind, it.upsert = policy.KindUpdate, mm.Upsert != nil && *mm.Upsert
+		it.kind, it.upsert = KindUpdate, mm.Upsert != nil && *mm.Upsert
 	case *mongo.UpdateManyModel:
-		it.kind, it.upsert = policy.KindUpdate, mm.Upsert != nil && *mm.Upsert
+		it.kind, it.upsert = KindUpdate, mm.Upsert != nil && *mm.Upsert
 	case *mongo.ReplaceOneModel:
-		it.kind, it.upsert = policy.KindReplace, mm.Upsert != nil && *mm.Upsert
+		it.kind, it.upsert = KindReplace, mm.Upsert != nil && *mm.Upsert
 	case *mongo.DeleteOneModel, *mongo.DeleteManyModel:
-		it.kind = policy.KindDelete
+		it.kind = KindDelete
 	case nil:
 		return fmt.Errorf("invalid model at index %d: %w", i, mongo.ErrNilDocument)
 	default:

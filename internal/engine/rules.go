@@ -1,6 +1,10 @@
-package policy
+package engine
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/writeguard/writeguard/policy"
+)
 
 // Kind is the kind of a write model, as routing needs it.
 type Kind uint8
@@ -58,13 +62,13 @@ func (a Action) String() string {
 // Facts are what Route needs to know about one document after one attempt.
 type Facts struct {
 	// Class is the class of the document's failure.
-	Class Class
+	Class policy.Class
 	// WholeCommand is true when the failure belongs to the whole command
 	// (Failure.Index == WholeCommand): it is never a verdict on the
 	// document.
 	WholeCommand bool
 	// Proof is what this attempt's reply proved about the document.
-	Proof Proof
+	Proof policy.Proof
 	// Kind is the kind of write model.
 	Kind Kind
 	// Upsert is true for an update or replace with upsert: true.
@@ -94,7 +98,7 @@ type Decision struct {
 	// Action is what to do.
 	Action Action
 	// Disposition is the terminal disposition when Action is Settle.
-	Disposition Disposition
+	Disposition policy.Disposition
 	// Rule names the rule that decided, for tests, logs and spans.
 	Rule string
 }
@@ -103,7 +107,7 @@ type Decision struct {
 // a race on a unique index: the caller counts it against MaxUpsertRuns.
 const RuleUpsertRace = "upsert_race"
 
-func settle(d Disposition, rule string) Decision {
+func settle(d policy.Disposition, rule string) Decision {
 	return Decision{Action: Settle, Disposition: d, Rule: rule}
 }
 
@@ -131,26 +135,26 @@ func settle(d Disposition, rule string) Decision {
 //     have applied it, not_attempted when nothing was sent, failed
 //     otherwise.
 func Route(f Facts) Decision {
-	if f.Proof == AppliedUnconfirmed {
+	if f.Proof == policy.AppliedUnconfirmed {
 		if f.Class.Retryable() && f.resendable() {
 			return Decision{Action: Retry, Rule: "unconfirmed_retry"}
 		}
-		return settle(WrittenUnconfirmed, "write_concern_error")
+		return settle(policy.WrittenUnconfirmed, "write_concern_error")
 	}
 	class := f.Class
-	if f.WholeCommand && (class == Invalid || class == Conflict) {
-		class = Unknown
+	if f.WholeCommand && (class == policy.Invalid || class == policy.Conflict) {
+		class = policy.Unknown
 	}
-	maybe := f.EverMaybe || f.Proof == MaybeApplied
+	maybe := f.EverMaybe || f.Proof == policy.MaybeApplied
 	switch class {
-	case Transient, Throttled:
+	case policy.Transient, policy.Throttled:
 		if maybe && !f.resendable() {
 			return unretried(f, true)
 		}
 		return Decision{Action: Retry, Rule: "retryable"}
-	case Invalid:
+	case policy.Invalid:
 		return Decision{Action: DeadLetter, Rule: "invalid"}
-	case Conflict:
+	case policy.Conflict:
 		switch {
 		case f.Kind == KindInsert && maybe:
 			return Decision{Action: ReadBack, Rule: "own_write_check"}
@@ -168,13 +172,13 @@ func Route(f Facts) Decision {
 func unretried(f Facts, maybe bool) Decision {
 	switch {
 	case f.Unconfirmed:
-		return settle(WrittenUnconfirmed, "applied_unconfirmed_earlier")
+		return settle(policy.WrittenUnconfirmed, "applied_unconfirmed_earlier")
 	case maybe:
-		return settle(OutcomeUnknown, "maybe_applied")
-	case f.Proof == NotSent:
-		return settle(NotAttempted, "not_sent")
+		return settle(policy.OutcomeUnknown, "maybe_applied")
+	case f.Proof == policy.NotSent:
+		return settle(policy.NotAttempted, "not_sent")
 	}
-	return settle(Failed, "not_retried")
+	return settle(policy.Failed, "not_retried")
 }
 
 // StopReason says why a document marked for retry is not sent again.
@@ -228,17 +232,17 @@ type GiveUpFacts struct {
 func GiveUp(f GiveUpFacts) Decision {
 	switch {
 	case !f.Sent:
-		return settle(NotAttempted, "never_sent")
+		return settle(policy.NotAttempted, "never_sent")
 	case f.Unconfirmed:
-		return settle(WrittenUnconfirmed, "applied_unconfirmed_earlier")
+		return settle(policy.WrittenUnconfirmed, "applied_unconfirmed_earlier")
 	case f.EverMaybe && f.Kind == KindInsert && f.CanRead:
 		return Decision{Action: ReadBack, Rule: "maybe_applied_read_back"}
 	case f.EverMaybe:
-		return settle(OutcomeUnknown, "maybe_applied")
+		return settle(policy.OutcomeUnknown, "maybe_applied")
 	case f.Reason == StopOrdered || f.Reason == StopConfiguration:
-		return settle(NotAttempted, "not_executed")
+		return settle(policy.NotAttempted, "not_executed")
 	}
-	return settle(Exhausted, "retries_spent")
+	return settle(policy.Exhausted, "retries_spent")
 }
 
 // ReadBackFallback is the disposition of a possibly applied insert whose
@@ -247,11 +251,11 @@ func GiveUp(f GiveUpFacts) Decision {
 // on the server), exhausted otherwise (it met transient failures and is
 // not stored as far as the read showed). Never not_attempted: it was sent.
 // The Outcome keeps MaybeWritten.
-func ReadBackFallback(why StopReason) Disposition {
+func ReadBackFallback(why StopReason) policy.Disposition {
 	if why == StopContext {
-		return OutcomeUnknown
+		return policy.OutcomeUnknown
 	}
-	return Exhausted
+	return policy.Exhausted
 }
 
 // AfterReadBack decides what a read-back of an insert's _id proved. found
@@ -271,12 +275,12 @@ func ReadBackFallback(why StopReason) Disposition {
 //     is genuine: the conflict handler decides;
 //   - not found when stopping: fallback (the Outcome keeps MaybeWritten:
 //     a write still in flight on the server may yet land).
-func AfterReadBack(found, same, unconfirmed bool, fallback Disposition) Decision {
+func AfterReadBack(found, same, unconfirmed bool, fallback policy.Disposition) Decision {
 	switch {
 	case found && same && unconfirmed:
-		return settle(WrittenUnconfirmed, "own_write_unconfirmed")
+		return settle(policy.WrittenUnconfirmed, "own_write_unconfirmed")
 	case found && same:
-		return settle(AlreadyWritten, "own_write")
+		return settle(policy.AlreadyWritten, "own_write")
 	case found:
 		return Decision{Action: HandleConflict, Rule: "foreign_document"}
 	case fallback != "":
@@ -294,11 +298,11 @@ func AfterReadBack(found, same, unconfirmed bool, fallback Disposition) Decision
 // except a throttled failure the driver never retries (a per-document
 // 16500 from Azure Cosmos DB, a 462 without labels), which is bounded only
 // by the call's MaxElapsed and the retry budget.
-func AttemptLimit(c Class, f *Failure, b Backoff, throttledAttempts int) int {
-	if c != Throttled {
+func AttemptLimit(c policy.Class, f *policy.Failure, b policy.Backoff, throttledAttempts int) int {
+	if c != policy.Throttled {
 		return b.MaxAttempts
 	}
-	if f != nil && f.DriverRetries() || b.MaxAttempts <= 1 {
+	if f != nil && DriverRetries(f) || b.MaxAttempts <= 1 {
 		return min(throttledAttempts, b.MaxAttempts)
 	}
 	return int(^uint(0) >> 1)
@@ -308,8 +312,8 @@ func AttemptLimit(c Class, f *Failure, b Backoff, throttledAttempts int) int {
 // inside an attempt: a whole-command error labelled SystemOverloadedError
 // and RetryableError (client-backpressure spec). Per-document write errors
 // are never retried by the driver.
-func (f *Failure) DriverRetries() bool {
-	return f.Shape != ShapeWriteError && f.HasLabel(LabelSystemOverloaded) && f.HasLabel(LabelRetryable)
+func DriverRetries(f *policy.Failure) bool {
+	return f.Shape != policy.ShapeWriteError && f.HasLabel(policy.LabelSystemOverloaded) && f.HasLabel(policy.LabelRetryable)
 }
 
 // MinOrderedWindow is the smallest number of documents an ordered write
@@ -336,3 +340,15 @@ func OrderedWindow(window, sent, stopAt int) int {
 	}
 	return window
 }
+
+// Charged reports whether a retry after failure f spends a token of the
+// retry budget and counts against the document's attempt limit. A
+// connection checkout failure (ShapeCheckout: the driver cleared its
+// connection pool, a checkout timed out) is not charged: one dropped
+// connection clears the pool for every caller waiting for a connection,
+// and charging each of them would let one event of the client's own drain
+// the budget and the attempts of every writer sharing the client, though
+// none of their commands reached the server. Such retries stay bounded by
+// the call's MaxElapsed and its context. Every other failure, server
+// selection included, is charged.
+func Charged(f *policy.Failure) bool { return f == nil || f.Shape != policy.ShapeCheckout }

@@ -1,4 +1,4 @@
-package writeguard
+package engine
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // absent when stopping (fallback). If the read fails, td.readBack items
 // are retried while retrying, and end fallback when stopping, with the
 // read error kept.
-func (c *call) readBackAll(ctx context.Context, td *todo, fallback Disposition, others []*item) {
+func (c *Call) readBackAll(ctx context.Context, td *todo, fallback policy.Disposition, others []*item) {
 	if len(td.readBack) == 0 {
 		return
 	}
@@ -27,7 +27,7 @@ func (c *call) readBackAll(ctx context.Context, td *todo, fallback Disposition, 
 	}
 	var extra []*item
 	for _, it := range others {
-		if !it.retry && !contains(td.readBack, it) {
+		if it.state != retrying && !contains(td.readBack, it) {
 			extra = append(extra, it)
 			ids = append(ids, it.id)
 		}
@@ -37,7 +37,7 @@ func (c *call) readBackAll(ctx context.Context, td *todo, fallback Disposition, 
 		for _, it := range td.readBack {
 			it.err = fmt.Errorf("writeguard: reading back a possibly applied insert: %w", err)
 			if fallback == "" {
-				it.retry = true
+				it.to(retrying)
 			} else {
 				c.settle(it, fallback)
 			}
@@ -47,14 +47,15 @@ func (c *call) readBackAll(ctx context.Context, td *todo, fallback Disposition, 
 	for _, it := range td.readBack {
 		doc, found := stored[readback.Key(it.id)]
 		same := found && policy.SameDocument(doc, it.doc)
+		unconf := it.ev == unconfirmed
 		if found && !same {
-			it.maybe = false // another document holds the _id: ours is not stored
+			it.ev = noEvidence // another document holds the _id: ours is not stored
 		}
-		c.apply(it, policy.AfterReadBack(found, same, it.unconf, fallback), td)
+		c.apply(it, AfterReadBack(found, same, unconf, fallback), td)
 	}
 	for _, it := range extra {
 		if doc, found := stored[readback.Key(it.id)]; found && policy.SameDocument(doc, it.doc) {
-			c.apply(it, policy.AfterReadBack(true, true, it.unconf, fallback), td)
+			c.apply(it, AfterReadBack(true, true, it.ev == unconfirmed, fallback), td)
 		}
 	}
 }
@@ -72,10 +73,10 @@ func contains(its []*item, x *item) bool {
 // (readback.ByID: queries answered in one reply each). A retryable read
 // error is retried with the write backoff, up to 3 counted reads
 // (retrySide).
-func (c *call) readBack(ctx context.Context, ids bson.A) (map[string]bson.Raw, error) {
+func (c *Call) readBack(ctx context.Context, ids bson.A) (map[string]bson.Raw, error) {
 	var out map[string]bson.Raw
 	err := c.retrySide(ctx, 3, func(int) (err error) {
-		out, err = readback.ByID(ctx, c.g.target, ids)
+		out, err = readback.ByID(ctx, c.e.cfg.Reader, ids)
 		return err
 	})
 	return out, err

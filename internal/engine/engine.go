@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/hooks"
+	"github.com/writeguard/writeguard/internal/loglimit"
+	"github.com/writeguard/writeguard/policy"
+)
+
+// Reader reads stored documents back (a *mongo.Collection, a test
+// double): the read-back of a possibly applied insert.
+type Reader interface {
+	Find(ctx context.Context, filter any, opts ...options.Lister[options.FindOptions]) (*mongo.Cursor, error)
+}
+
+// Resolver hands one duplicate key to the caller's conflict handler:
+// operation and index name the input, doc is the document as sent (nil for
+// a model that has none), model the caller's write model (nil outside
+// BulkWrite), f the duplicate-key failure. It returns the handler's
+// disposition and error; the engine recovers a panic and checks the
+// disposition.
+type Resolver func(ctx context.Context, operation string, index int, doc bson.Raw, model mongo.WriteModel, f policy.Failure) (policy.Disposition, error)
+
+// Config is what one guarded collection gives its engine: validated,
+// defaults applied (the root's options). Every field is required except
+// Sink, Fallback and Budget (nil: none) and Logger (nil: no logging).
+type Config struct {
+	Namespace         string // "<database>.<collection>"
+	Database          string
+	Collection        string
+	Classifier        policy.Classifier
+	Backoff           policy.Backoff // with defaults applied
+	Budget            *policy.Budget
+	Sink, Fallback    envelope.Sink
+	Resolve           Resolver
+	Hooks             hooks.Hooks // composed (hooks.Compose): every func set
+	Observed          bool        // hooks were given: build per-document events
+	Logger            *slog.Logger
+	Clock             Clock // nil: the wall clock
+	ThrottledAttempts int
+	UpsertRetries     int
+	AllowUnacked      bool
+	Reader            Reader
+	// Report turns a finished call that did not end all written into
+	// the error the call returns (the root's *Report), reading what the
+	// call proved through Call's accessors.
+	Report func(*Call) error
+}
+
+// Engine runs the guarded calls of one collection. It is safe for
+// concurrent use; its retry budget and log limiter are shared by its calls.
+type Engine struct {
+	cfg      Config
+	observed bool
+	hooks    hooks.Hooks
+	logLimit *loglimit.Limiter
+}
+
+// New returns the engine of cfg.
+func New(cfg Config) *Engine {
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Engine{cfg: cfg, observed: cfg.Observed, hooks: cfg.Hooks, logLimit: loglimit.New(time.Minute, cfg.Clock.Now)}
+}
+
+// Namespace returns "<database>.<collection>".
+func (e *Engine) Namespace() string { return e.cfg.Namespace }
+
+// ErrUnacknowledged is in the Result of a call whose write concern is
+// unacknowledged (w: 0) when Config.AllowUnacked is false.
+var ErrUnacknowledged = errors.New("writeguard: unacknowledged write concern (w: 0): nothing can be verified")
+
+// ErrUnacked is what a Send returns, with the driver's result, when the
+// driver reports the write unacknowledged (w: 0).
+var ErrUnacked = errors.New("writeguard: unacknowledged write")
+
+// InTransaction runs one attempt inside the caller's transaction: no
+// routing, no retry, no dead-lettering; the driver's error goes back to
+// the caller unchanged so that the transaction (the unit of retry) can be
+// retried as a whole. Hooks see the operation and its single attempt.
+func (e *Engine) InTransaction(ctx context.Context, opName string, n int, send func(context.Context) error) error {
+	cfg := &e.cfg
+	op := &hooks.Operation{Name: opName, Database: cfg.Database, Collection: cfg.Collection, BatchSize: n, Ordered: true, InTransaction: true}
+	t0 := cfg.Clock.Now()
+	ctx = e.hooks.OperationStarted(ctx, op)
+	actx := e.hooks.AttemptStarted(ctx, &hooks.AttemptStart{Op: op, Attempt: 1, Documents: n})
+	a0 := cfg.Clock.Now()
+	err := send(actx)
+	end := &hooks.AttemptEnd{Op: op, Attempt: 1, Documents: n, Duration: cfg.Clock.Now().Sub(a0), Err: err}
+	fails := policy.Extract(err)
+	if len(fails) > 0 {
+		end.Code, end.Class, end.Failures = fails[0].Code, cfg.Classifier.Classify(fails[0]), len(fails)
+	}
+	e.hooks.AttemptFinished(actx, end)
+	e.hooks.OperationFinished(ctx, &hooks.OperationEnd{Op: op, Attempts: 1, Err: err, Code: end.Code, Class: end.Class,
+		Duration: cfg.Clock.Now().Sub(t0)})
+	return err
+}
+
+// logUnknown logs an unclassified code at most once a minute per code.
+func (e *Engine) logUnknown(ctx context.Context, f *policy.Failure, op string) {
+	if !e.logLimit.Allow(int64(f.Code)) {
+		return
+	}
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "writeguard: unclassified write error; not retried",
+		slog.String("operation", op), slog.String("namespace", e.cfg.Namespace),
+		slog.Int("code", int(f.Code)), slog.String("code_name", f.CodeName),
+		slog.String("origin", f.Origin.String()))
+}
+
+// logBudget logs an exhausted retry budget at most once a minute.
+func (e *Engine) logBudget(ctx context.Context, op string, docs int) {
+	const budgetKey = 1 << 32 // outside the int32 range of codes
+	if !e.logLimit.Allow(budgetKey) {
+		return
+	}
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "writeguard: retry budget exhausted; retries refused",
+		slog.String("operation", op), slog.String("namespace", e.cfg.Namespace), slog.Int("documents", docs))
+}
