@@ -274,7 +274,8 @@ func measureMem(op func() error) (memCost, error) {
 // The null-backend faultproxy runs in a child process, so the figures are
 // the client's alone. Each call's result (the Report, the
 // BulkWriteException) is checked, then dropped. One iteration takes about
-// a minute: run it with -benchtime 1x -count 5.
+// a minute: run it with -benchtime 1x -count 5. With -short every call
+// has a tenth of the documents (for profiles).
 //
 // Metrics, per case and variant v: <case>-<v>-B/doc (bytes allocated
 // during the call, runtime.MemStats.TotalAlloc, per document),
@@ -309,6 +310,9 @@ func BenchmarkMemory(b *testing.B) {
 			g, err := writeguard.Wrap(coll)
 			if err != nil {
 				b.Fatal(err)
+			}
+			if testing.Short() {
+				mc.n /= 10
 			}
 			docs := make([]any, mc.n)
 			withIDs := make([]any, mc.n)
@@ -357,6 +361,9 @@ func BenchmarkMemory(b *testing.B) {
 		iter++
 	}
 	for _, mc := range memCases {
+		if testing.Short() {
+			mc.n /= 10
+		}
 		var m [3]memCost
 		for v := range m {
 			m[v] = meanCost(results[mc.name][v])
