@@ -118,11 +118,20 @@ var encoders = sync.Pool{New: func() any {
 
 func newDocEncoder() *docEncoder { return encoders.Get().(*docEncoder) }
 
-// release returns e to the pool, without the call's arena.
+// release returns e to the pool, without the call's arena, unless it
+// encoded a document larger than maxPooledDoc: its value writer's buffer
+// has grown to that size, and the pool would keep it.
 func (e *docEncoder) release() {
+	big := e.a.largest > maxPooledDoc
 	e.a = arena{}
-	encoders.Put(e)
+	if !big {
+		encoders.Put(e)
+	}
 }
+
+// maxPooledDoc is the largest document (64 KiB) after which an encoder is
+// not pooled.
+const maxPooledDoc = 64 << 10
 
 // encode encodes doc (remaining documents of the call from this one on:
 // remaining) with the default registry, as bson.Marshal does, into the
@@ -153,6 +162,7 @@ type arena struct {
 	remaining int // documents from the one being encoded on
 	written   int // bytes written so far
 	count     int // documents written so far
+	largest   int // the largest document written
 	// Per Write: the document written, its _id, whether the _id is new,
 	// and the number of Writes since encode started.
 	last     bson.Raw
@@ -198,6 +208,7 @@ func (a *arena) Write(p []byte) (int, error) {
 	}
 	a.written += len(a.last)
 	a.count++
+	a.largest = max(a.largest, len(p))
 	return len(p), nil
 }
 
