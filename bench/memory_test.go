@@ -185,6 +185,7 @@ type memCost struct {
 	allocated float64 // bytes allocated during the call (TotalAlloc)
 	mallocs   float64 // objects allocated during the call
 	peakHeap  float64 // peak heap object bytes during the call, above those before it
+	retained  float64 // heap object bytes after the call and a GC, its result still held, above those before it
 }
 
 // heapSampler samples the heap's object bytes (runtime/metrics
@@ -234,7 +235,7 @@ func (h *heapSampler) finish() uint64 {
 // measureMem runs op once and returns its cost: the heap is collected
 // before it, so that peakHeap is what the call added to the heap (live and
 // not yet collected).
-func measureMem(op func() error) (memCost, error) {
+func measureMem(op func() (any, error)) (memCost, error) {
 	runtime.GC()
 	runtime.GC()
 	var before, after runtime.MemStats
@@ -242,15 +243,19 @@ func measureMem(op func() error) (memCost, error) {
 	base := readHeapObjects()
 	h := startHeapSampler()
 	t0 := time.Now()
-	err := op()
+	kept, err := op()
 	el := time.Since(t0)
 	peak := h.finish()
 	runtime.ReadMemStats(&after)
+	runtime.GC()
+	retained := float64(readHeapObjects()) - float64(base)
+	runtime.KeepAlive(kept)
 	return memCost{
 		ns:        float64(el.Nanoseconds()),
 		allocated: float64(after.TotalAlloc - before.TotalAlloc),
 		mallocs:   float64(after.Mallocs - before.Mallocs),
 		peakHeap:  float64(peak) - float64(base),
+		retained:  retained,
 	}, err
 }
 
@@ -282,7 +287,10 @@ func measureMem(op func() error) (memCost, error) {
 // <case>-<v>-allocs/doc (objects allocated), <case>-<v>-peak-MiB (the
 // highest heap object bytes sampled every millisecond during the call,
 // above those before it: live objects and garbage not yet collected, at
-// the default GOGC); and the ratios <case>-alloc-guarded/raw (goal ≤ 1.5
+// the default GOGC), <case>-<v>-retained-B/doc (heap object bytes after
+// the call and a collection, with the call's result and error still held,
+// above those before it, per document: what the caller keeps); and the
+// ratios <case>-alloc-guarded/raw (goal ≤ 1.5
 // for small-written), <case>-alloc-guarded/raw-id,
 // <case>-peak-guarded/raw, <case>-peak-guarded/raw-id and
 // <case>-time-guarded/raw (wall time). The input documents (a []any built
@@ -321,18 +329,20 @@ func BenchmarkMemory(b *testing.B) {
 				withIDs[i] = withObjectID(docs[i])
 			}
 			opts := options.InsertMany().SetOrdered(false)
-			ops := []func() error{
-				func() error {
-					_, err := coll.InsertMany(context.Background(), docs, opts)
-					return checkRaw(err, mc)
+			// Each op returns what the caller holds after the call: the
+			// result and the error (the BulkWriteException, the Report).
+			ops := []func() (any, error){
+				func() (any, error) {
+					res, err := coll.InsertMany(context.Background(), docs, opts)
+					return []any{res, err}, checkRaw(err, mc)
 				},
-				func() error {
-					_, err := coll.InsertMany(context.Background(), withIDs, opts)
-					return checkRaw(err, mc)
+				func() (any, error) {
+					res, err := coll.InsertMany(context.Background(), withIDs, opts)
+					return []any{res, err}, checkRaw(err, mc)
 				},
-				func() error {
-					_, err := g.InsertMany(context.Background(), docs, opts)
-					return checkGuarded(err, mc)
+				func() (any, error) {
+					res, err := g.InsertMany(context.Background(), docs, opts)
+					return []any{res, err}, checkGuarded(err, mc)
 				},
 			}
 			cost := make([]memCost, len(ops))
@@ -352,11 +362,12 @@ func BenchmarkMemory(b *testing.B) {
 			}
 			r, rid, gd := cost[0], cost[1], cost[2]
 			d := float64(mc.n)
-			b.Logf("%-14s B/doc raw %5.0f raw-id %5.0f guarded %5.0f | peak MiB %5.0f %5.0f %5.0f | s %5.2f %5.2f %5.2f | guarded/raw alloc %.2f peak %.2f, guarded/raw-id alloc %.2f peak %.2f",
+			b.Logf("%-14s B/doc raw %5.0f raw-id %5.0f guarded %5.0f | peak MiB %5.0f %5.0f %5.0f | s %5.2f %5.2f %5.2f | guarded/raw alloc %.2f peak %.2f, guarded/raw-id alloc %.2f peak %.2f | retained B/doc %5.0f %5.0f %5.0f",
 				mc.name, r.allocated/d, rid.allocated/d, gd.allocated/d,
 				r.peakHeap/(1<<20), rid.peakHeap/(1<<20), gd.peakHeap/(1<<20),
 				r.ns/1e9, rid.ns/1e9, gd.ns/1e9,
-				gd.allocated/r.allocated, gd.peakHeap/r.peakHeap, gd.allocated/rid.allocated, gd.peakHeap/rid.peakHeap)
+				gd.allocated/r.allocated, gd.peakHeap/r.peakHeap, gd.allocated/rid.allocated, gd.peakHeap/rid.peakHeap,
+				r.retained/d, rid.retained/d, gd.retained/d)
 		}
 		iter++
 	}
@@ -373,6 +384,7 @@ func BenchmarkMemory(b *testing.B) {
 			b.ReportMetric(m[v].allocated/d, mc.name+"-"+name+"-B/doc")
 			b.ReportMetric(m[v].mallocs/d, mc.name+"-"+name+"-allocs/doc")
 			b.ReportMetric(m[v].peakHeap/(1<<20), mc.name+"-"+name+"-peak-MiB")
+			b.ReportMetric(m[v].retained/d, mc.name+"-"+name+"-retained-B/doc")
 		}
 		r, rid, gd := m[0], m[1], m[2]
 		b.ReportMetric(gd.allocated/r.allocated, mc.name+"-alloc-guarded/raw")
@@ -409,9 +421,10 @@ func meanCost(cs []memCost) memCost {
 		m.allocated += c.allocated
 		m.mallocs += c.mallocs
 		m.peakHeap += c.peakHeap
+		m.retained += c.retained
 	}
 	k := float64(len(cs))
-	return memCost{m.ns / k, m.allocated / k, m.mallocs / k, m.peakHeap / k}
+	return memCost{m.ns / k, m.allocated / k, m.mallocs / k, m.peakHeap / k, m.retained / k}
 }
 
 // checkRaw checks the raw driver's result: nil when written, a
