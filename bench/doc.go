@@ -6,13 +6,14 @@
 // The benchmarks, all in _test.go files:
 //
 //   - BenchmarkOverhead{InsertOne,InsertMany10,InsertMany100,
-//     InsertMany1000,BulkWrite100}/{raw,raw-struct-id,raw-prepared,guarded}:
-//     a guarded collection against the raw *mongo.Collection it wraps, on
-//     the happy path, with order-line documents of eleven fields. The raw
-//     collection is measured on three floors: order lines without _id
-//     (raw), structs that already carry an ObjectID _id (raw-struct-id),
-//     and exactly the bytes writeguard hands the driver, a bson.Raw with
-//     its _id first (raw-prepared). WRITEGUARD_BENCH_BACKEND selects the
+//     InsertMany1000,BulkWrite100}/{raw,raw-struct-id,raw-prepared,guarded,
+//     guarded-id}: a guarded collection against the raw *mongo.Collection
+//     it wraps, on the happy path, with order-line documents of eleven
+//     fields. The raw collection is measured on three floors: order lines
+//     without _id (raw), structs that already carry an ObjectID _id
+//     (raw-struct-id), and exactly the bytes writeguard hands the driver,
+//     a bson.Raw with its _id first (raw-prepared); the guarded one handed
+//     order lines without _id (guarded) and with it (guarded-id). WRITEGUARD_BENCH_BACKEND selects the
 //     server: "null" (default: faultproxy's null backend, which answers
 //     every command itself, so the figures are client CPU) or "embedded"
 //     (an in-process FerretDB v1 on SQLite, reached directly).
@@ -20,6 +21,14 @@
 //     (guarded − floor) allocations per document for each of those cases,
 //     measured interleaved in one process and reported with
 //     b.ReportMetric.
+//   - BenchmarkEndToEnd/batch={1,100,500}/writers={1,16}: documents per
+//     second of the raw driver and a Guarded, interleaved call by call, on
+//     the embedded server behind a faultproxy without faults, and the
+//     server commands each sent (counted by the proxy).
+//   - BenchmarkMemory: bytes allocated and peak heap of one unordered
+//     InsertMany of 1,000,000 order lines and of 200,000 1-KiB documents,
+//     all written and all rejected, raw (without and with caller _ids)
+//     against guarded, with the null-backend proxy in a child process.
 //   - BenchmarkDriverDocPath: where the guarded path's extra cost goes,
 //     per document (the driver's handling of a document that already has
 //     an _id).

@@ -26,7 +26,9 @@ import (
 //     the driver, a bson.Raw with a new ObjectID _id first (the driver
 //     then also re-copies each document element by element).
 //
-// The guarded path is always handed the plain order lines.
+// The guarded path is handed the plain order lines ("guarded") and the
+// order lines with their ObjectID _id ("guarded-id", against
+// raw-struct-id: the same input on both sides).
 type floor int
 
 const (
@@ -36,7 +38,8 @@ const (
 )
 
 // variants are the sub-benchmarks of every overhead case, in the order
-// benchstat shows them: the three floors, then the guarded collection.
+// benchstat shows them: the three floors, then the guarded collection
+// handed plain order lines and order lines with their _id.
 var variants = []struct {
 	name  string
 	floor floor
@@ -46,6 +49,7 @@ var variants = []struct {
 	{"raw-struct-id", floorStructID, false},
 	{"raw-prepared", floorPrepared, false},
 	{"guarded", floorPlain, true},
+	{"guarded-id", floorStructID, true},
 }
 
 // An overhead case is one write: op returns the function that performs it
@@ -209,7 +213,8 @@ func BenchmarkOverheadBulkWrite100(b *testing.B)   { runOverhead(b, "BulkWrite10
 
 // BenchmarkOverheadRatio measures every overhead case on the three floors
 // and guarded in this process, interleaved (raw, raw-struct-id,
-// raw-prepared, guarded, twice; the faster run of each counts), and
+// raw-prepared, guarded, guarded-id, twice; the faster run of each
+// counts), and
 // reports per case:
 //
 //   - <case>-guarded/raw: guarded ns/op ÷ raw ns/op;
@@ -220,13 +225,17 @@ func BenchmarkOverheadBulkWrite100(b *testing.B)   { runOverhead(b, "BulkWrite10
 //   - <case>-dallocs/doc: (guarded − raw) allocs/op per document;
 //   - <case>-dallocs/doc-prepared: (guarded − raw-prepared) allocs/op per
 //     document (goal ≤ 1);
-//   - <case>-dB/doc-prepared: (guarded − raw-prepared) B/op per document.
+//   - <case>-dB/doc-prepared: (guarded − raw-prepared) B/op per document;
+//   - <case>-guarded-id/struct-id: guarded-id ns/op ÷ raw-struct-id ns/op
+//     (both handed the order lines with their _id; goal ≤ 1.05);
+//   - <case>-dallocs/doc-id and <case>-dB/doc-id: (guarded-id −
+//     raw-struct-id) allocs/op and B/op per document.
 //
 // testing.Benchmark cannot be called from a running benchmark (it waits
 // for the lock the running benchmark holds), so measure does what it
 // does: run the operation, growing the count, until a run lasts at least
 // -benchtime (1 s when -benchtime is a count), and reads the allocation
-// counters around the last run. One iteration takes about 80 ×
+// counters around the last run. One iteration takes about 100 ×
 // -benchtime, so it runs once per -count; its own ns/op, B/op and
 // allocs/op are reported as 0.
 func BenchmarkOverheadRatio(b *testing.B) {
@@ -254,7 +263,7 @@ func BenchmarkOverheadRatio(b *testing.B) {
 			for i, op := range ops {
 				cost[i] = cost[i].best(measure(b, op, minTime))
 			}
-			r, sid, prep, gd := cost[0], cost[1], cost[2], cost[3]
+			r, sid, prep, gd, gid := cost[0], cost[1], cost[2], cost[3], cost[4]
 			d := float64(oc.docs)
 			b.ReportMetric(gd.ns/r.ns, oc.name+"-guarded/raw")
 			b.ReportMetric(gd.ns/sid.ns, oc.name+"-guarded/struct-id")
@@ -262,8 +271,11 @@ func BenchmarkOverheadRatio(b *testing.B) {
 			b.ReportMetric((gd.allocs-r.allocs)/d, oc.name+"-dallocs/doc")
 			b.ReportMetric((gd.allocs-prep.allocs)/d, oc.name+"-dallocs/doc-prepared")
 			b.ReportMetric((gd.bytes-prep.bytes)/d, oc.name+"-dB/doc-prepared")
-			b.Logf("%-15s ns/op raw %9.0f struct-id %9.0f prepared %9.0f guarded %9.0f | allocs/op %7.0f %7.0f %7.0f %7.0f",
-				oc.name, r.ns, sid.ns, prep.ns, gd.ns, r.allocs, sid.allocs, prep.allocs, gd.allocs)
+			b.ReportMetric(gid.ns/sid.ns, oc.name+"-guarded-id/struct-id")
+			b.ReportMetric((gid.allocs-sid.allocs)/d, oc.name+"-dallocs/doc-id")
+			b.ReportMetric((gid.bytes-sid.bytes)/d, oc.name+"-dB/doc-id")
+			b.Logf("%-15s ns/op raw %9.0f struct-id %9.0f prepared %9.0f guarded %9.0f guarded-id %9.0f | allocs/op %7.0f %7.0f %7.0f %7.0f %7.0f",
+				oc.name, r.ns, sid.ns, prep.ns, gd.ns, gid.ns, r.allocs, sid.allocs, prep.allocs, gd.allocs, gid.allocs)
 		}
 	}
 	// The loop's own time and allocations (the measurements) mean nothing.

@@ -50,6 +50,7 @@ var shared struct {
 }
 
 func TestMain(m *testing.M) {
+	serveNullProxyChild()
 	code := m.Run()
 	shutdown()
 	os.Exit(code)

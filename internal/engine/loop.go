@@ -182,7 +182,7 @@ func (c *Call) attemptFinished(actx context.Context, docs int, t0 time.Time, err
 
 // pending returns the items still to send, in input order.
 func (c *Call) pending() []*item {
-	var out []*item
+	out := make([]*item, 0, len(c.items)) // one allocation, not one per doubling
 	for _, it := range c.items {
 		if it.live() {
 			out = append(out, it)

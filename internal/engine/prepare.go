@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -25,41 +26,65 @@ var (
 // i (len(docs) == Len()).
 func (c *Call) PrepareDocs(docs []any) { c.prepareDocs(c.items, docs) }
 
-// prepareDocs prepares the documents of an insert: each one is
-// marshalled once and given an _id when it has none; the copies that carry
-// a new _id are made in one slab for the whole call (one allocation, not
-// one per document). docs[i] is the input document of its[i].
+// prepareDocs prepares the documents of an insert: each one is encoded
+// once, straight into the call's arena with a new ObjectID _id first when
+// it has none (one encoding and one copy, the encoder's buffer into the
+// arena; no per-document allocation but the driver's []any box). The
+// caller's own bytes (bson.Raw, []byte) are checked and sent as they are
+// (in the caller's own box) when they carry an _id. docs[i] is the input
+// document of its[i].
 func (c *Call) prepareDocs(its []*item, docs []any) {
-	need := 0
+	var enc *docEncoder
+	defer func() {
+		if enc != nil {
+			enc.release()
+		}
+	}()
 	for i, it := range its {
 		it.kind = KindInsert
-		raw, err := marshalDoc(docs[i])
+		var err error
+		switch d := docs[i].(type) {
+		case nil:
+			err = mongo.ErrNilDocument
+		case bson.Raw:
+			err = c.prepareRaw(it, d, docs[i])
+		case []byte:
+			err = c.prepareRaw(it, d, docs[i])
+		default:
+			if enc == nil {
+				enc = newDocEncoder()
+			}
+			it.doc, it.id, it.idAssigned, err = enc.encode(docs[i], len(its)-i)
+			if err != nil {
+				err = mongo.MarshalError{Value: docs[i], Err: err}
+			}
+		}
 		if err != nil {
 			c.prefail(it, err)
 			continue
 		}
-		it.doc = raw
-		if v, err := raw.LookupErr("_id"); err == nil {
-			it.id = v
-			continue
+		if it.boxed == nil {
+			it.boxed = it.doc
 		}
-		it.idAssigned = true
-		need += len(raw) + idElementSize
-	}
-	slab := make([]byte, 0, need)
-	for _, it := range its {
-		if it.state == prefailed {
-			continue
-		}
-		if it.idAssigned {
-			start := len(slab)
-			slab = appendWithID(slab, it.doc, bson.NewObjectID())
-			it.doc = bson.Raw(slab[start:len(slab):len(slab)])
-			it.id = bson.RawValue{Type: bson.TypeObjectID, Value: it.doc[9 : 9+12]}
-		}
-		it.boxed = it.doc
 		c.checkSize(it)
 	}
+}
+
+// prepareRaw prepares a document the caller handed as bytes: a valid BSON
+// document (rather than the server's rejection of the whole command),
+// sent in the caller's box when it has an _id, else copied once with a
+// new ObjectID _id first.
+func (c *Call) prepareRaw(it *item, raw bson.Raw, boxed any) error {
+	if err := raw.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidBSON, err)
+	}
+	if id, err := raw.LookupErr("_id"); err == nil {
+		it.doc, it.id, it.boxed = raw, id, boxed
+		return nil
+	}
+	it.doc = bson.Raw(appendWithID(make([]byte, 0, len(raw)+idElementSize), raw, bson.NewObjectID()))
+	it.id, it.idAssigned = assignedID(it.doc), true
+	return nil
 }
 
 func (c *Call) checkSize(it *item) {
@@ -74,30 +99,122 @@ func (c *Call) prefail(it *item, err error) {
 	it.fail = &policy.Failure{Index: it.index, Origin: policy.OriginClient, Shape: policy.ShapeClient, Message: err.Error(), Err: err}
 }
 
-// marshalDoc marshals doc to BSON, once. The caller's own bytes (bson.Raw,
-// []byte) are used as they are, after a check that they are a valid BSON
-// document (rather than the server's rejection of the whole command).
-func marshalDoc(doc any) (bson.Raw, error) {
-	switch d := doc.(type) {
-	case nil:
-		return nil, mongo.ErrNilDocument
-	case bson.Raw:
-		return d, validate(d)
-	case []byte:
-		return d, validate(d)
-	}
-	b, err := bson.Marshal(doc)
-	if err != nil {
-		return nil, mongo.MarshalError{Value: doc, Err: err}
-	}
-	return b, nil
+// docEncoder encodes the documents of one call into its arena: a
+// bson.Encoder on a bson.ValueWriter whose io.Writer is the arena (the
+// value writer hands it each finished top-level document in one Write),
+// taken from a pool so that a call does not build them per document (as
+// bson.Marshal does with its own pools; its result would be a second copy
+// of every document).
+type docEncoder struct {
+	enc *bson.Encoder
+	a   arena
 }
 
-func validate(raw bson.Raw) error {
-	if err := raw.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidBSON, err)
+var encoders = sync.Pool{New: func() any {
+	e := &docEncoder{}
+	e.enc = bson.NewEncoder(bson.NewDocumentWriter(&e.a))
+	return e
+}}
+
+func newDocEncoder() *docEncoder { return encoders.Get().(*docEncoder) }
+
+// release returns e to the pool, without the call's arena, unless it
+// encoded a document larger than maxPooledDoc: its value writer's buffer
+// has grown to that size, and the pool would keep it.
+func (e *docEncoder) release() {
+	big := e.a.largest > maxPooledDoc
+	e.a = arena{}
+	if !big {
+		encoders.Put(e)
 	}
-	return nil
+}
+
+// maxPooledDoc is the largest document (64 KiB) after which an encoder is
+// not pooled.
+const maxPooledDoc = 64 << 10
+
+// encode encodes doc (remaining documents of the call from this one on:
+// remaining) with the default registry, as bson.Marshal does, into the
+// arena, with a new ObjectID _id first when it has none. The result is
+// the document's bytes in the arena, its _id, and whether the _id is
+// writeguard's.
+func (e *docEncoder) encode(doc any, remaining int) (bson.Raw, bson.RawValue, bool, error) {
+	e.a.remaining, e.a.writes = remaining, 0
+	if err := e.enc.Encode(doc); err != nil {
+		// The value writer may be in the middle of a document: start a
+		// fresh one for the next document.
+		e.enc = bson.NewEncoder(bson.NewDocumentWriter(&e.a))
+		return nil, bson.RawValue{}, false, err
+	}
+	if e.a.writes != 1 {
+		return nil, bson.RawValue{}, false, fmt.Errorf("encoded %d documents, want 1", e.a.writes)
+	}
+	return e.a.last, e.a.id, e.a.assigned, nil
+}
+
+// arena holds the prepared documents of one call in chunks: the first
+// sized for every document of the call at the first one's size, the next
+// for the remaining ones at the mean size so far, up to maxChunk (a larger
+// document gets a chunk of its own). Each document is a sub-slice with no
+// spare capacity.
+type arena struct {
+	chunk     []byte
+	remaining int // documents from the one being encoded on
+	written   int // bytes written so far
+	count     int // documents written so far
+	largest   int // the largest document written
+	// Per Write: the document written, its _id, whether the _id is new,
+	// and the number of Writes since encode started.
+	last     bson.Raw
+	id       bson.RawValue
+	assigned bool
+	writes   int
+}
+
+// maxChunk bounds an arena chunk (1 MiB): a very large call's arena grows
+// in steps, and a wrong estimate (a first document much larger than the
+// others) wastes at most that much.
+const maxChunk = 1 << 20
+
+// Write copies the encoded document p (the value writer reuses it) into
+// the arena, with a new ObjectID _id first when p has none.
+func (a *arena) Write(p []byte) (int, error) {
+	a.writes++
+	_, err := bson.Raw(p).LookupErr("_id")
+	a.assigned = err != nil
+	need := len(p)
+	if a.assigned {
+		need += idElementSize
+	}
+	if cap(a.chunk)-len(a.chunk) < need {
+		mean := need
+		if a.count > 0 {
+			mean = max(need, a.written/a.count)
+		}
+		size := min(max(mean, mean*a.remaining), maxChunk)
+		a.chunk = make([]byte, 0, max(size, need))
+	}
+	start := len(a.chunk)
+	if a.assigned {
+		a.chunk = appendWithID(a.chunk, p, bson.NewObjectID())
+	} else {
+		a.chunk = append(a.chunk, p...)
+	}
+	a.last = bson.Raw(a.chunk[start:len(a.chunk):len(a.chunk)])
+	if a.assigned {
+		a.id = assignedID(a.last)
+	} else {
+		a.id = a.last.Lookup("_id") // in the arena's copy, not the encoder's buffer
+	}
+	a.written += len(a.last)
+	a.count++
+	a.largest = max(a.largest, len(p))
+	return len(p), nil
+}
+
+// assignedID is the _id of a document appendWithID wrote.
+func assignedID(doc bson.Raw) bson.RawValue {
+	return bson.RawValue{Type: bson.TypeObjectID, Value: doc[9 : 9+12]}
 }
 
 // idElementSize is the size of an ObjectID _id element: type byte, "_id",
@@ -138,7 +255,7 @@ func (c *Call) PrepareModels(models []mongo.WriteModel) error {
 	c.prepareDocs(inserts, docs)
 	for _, it := range inserts {
 		if it.state != prefailed || it.doc != nil {
-			it.send = &mongo.InsertOneModel{Document: it.doc}
+			it.send = &mongo.InsertOneModel{Document: it.boxed}
 		}
 	}
 	return nil
