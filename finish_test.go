@@ -144,7 +144,7 @@ func TestRemainingLeavesNotIdempotent(t *testing.T) {
 	})
 }
 
-// WithoutUniqueID: an insert that may have been applied is left out.
+// WithUniqueID(false): an insert that may have been applied is left out.
 func TestRemainingWithoutUniqueID(t *testing.T) {
 	// The connection drops after sending: the insert may have been
 	// applied, is never re-sent where _id is not unique, and its read-back

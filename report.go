@@ -170,8 +170,9 @@ type Report struct {
 	// Hint names the setting to fix after a Configuration failure ("" when
 	// there was none).
 	Hint string
-	// NoUniqueID is true when the Guarded was built WithoutUniqueID: its
-	// target has no unique index on _id, so a re-sent insert that may have
+	// NoUniqueID is true when the target has no unique index on _id
+	// (declared with WithUniqueID(false), or learned by the call:
+	// a time-series collection), so a re-sent insert that may have
 	// been applied could be stored twice (Report.Remaining leaves it out).
 	NoUniqueID bool
 
