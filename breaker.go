@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/writeguard/writeguard/internal/engine"
@@ -32,10 +31,6 @@ const (
 	// quiet minute is not a flood.
 	DefaultBreakerMinDocuments = 100
 )
-
-// breakerBuckets is the number of slots the window is cut into: the share
-// slides by a tenth of the window.
-const breakerBuckets = 10
 
 // BreakerConfig configures the dead-letter flood breaker. A zero field
 // takes its default.
@@ -147,64 +142,15 @@ func (e *FloodError) Is(target error) bool { return target == ErrDeadLetterFlood
 // call in writeguard.dead_letter.flood.
 func (e *FloodError) DeadLetterFlood() float64 { return e.Share }
 
-// breaker is the state of one Guarded's dead-letter flood breaker: a ring
-// of per-tenth-of-window counts. It is safe for concurrent use.
+// breaker is one Guarded's dead-letter flood breaker: its configuration
+// and its sliding window (engine.FloodWindow).
 type breaker struct {
-	cfg BreakerConfig
-
-	mu    sync.Mutex
-	slots [breakerBuckets]breakerSlot
-	open  bool
+	cfg    BreakerConfig
+	window *engine.FloodWindow
 }
 
-// breakerSlot counts the documents of one tenth of the window, starting at
-// start (a multiple of the slot width since the Unix epoch).
-type breakerSlot struct {
-	start      int64 // slot number: UnixNano / width
-	docs, dead int64
-}
-
-// breakerState is what record saw: the window's counts after the call,
-// whether the breaker is open, and whether this call opened or closed it.
-type breakerState struct {
-	docs, dead     int64
-	share          float64
-	open           bool
-	opened, closed bool
-}
-
-func newBreaker(cfg BreakerConfig) *breaker { return &breaker{cfg: cfg} }
-
-// record adds a call's settled and dead-lettered documents at now and
-// returns the window's state. A nil breaker records nothing and is closed.
-func (b *breaker) record(now time.Time, docs, dead int) breakerState {
-	if b == nil {
-		return breakerState{}
-	}
-	width := int64(b.cfg.Window) / breakerBuckets
-	slot := now.UnixNano() / width
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := &b.slots[slot%breakerBuckets]
-	if s.start != slot {
-		*s = breakerSlot{start: slot}
-	}
-	s.docs += int64(docs)
-	s.dead += int64(dead)
-	var st breakerState
-	for i := range b.slots {
-		if o := &b.slots[i]; o.start > slot-breakerBuckets && o.start <= slot {
-			st.docs += o.docs
-			st.dead += o.dead
-		}
-	}
-	if st.docs > 0 {
-		st.share = float64(st.dead) / float64(st.docs)
-	}
-	open := st.docs >= int64(b.cfg.MinDocuments) && st.share >= b.cfg.Threshold
-	st.opened, st.closed = open && !b.open, !open && b.open
-	b.open, st.open = open, open
-	return st
+func newBreaker(cfg BreakerConfig) *breaker {
+	return &breaker{cfg: cfg, window: engine.NewFloodWindow(cfg.Window, cfg.MinDocuments, cfg.Threshold)}
 }
 
 // settled returns the engine's Settled callback of b (nil when b is nil,
@@ -223,22 +169,22 @@ func (b *breaker) settled(namespace string, logger *slog.Logger, clk engine.Cloc
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return func(ctx context.Context, inputs, dead int) error {
-		st := b.record(now(), inputs, dead)
+		st := b.window.Record(now(), inputs, dead)
 		attrs := []slog.Attr{
-			slog.String("namespace", namespace), slog.Float64("share", st.share),
-			slog.Int64("documents", st.docs), slog.Int64("dead_lettered", st.dead),
+			slog.String("namespace", namespace), slog.Float64("share", st.Share),
+			slog.Int64("documents", st.Docs), slog.Int64("dead_lettered", st.Dead),
 			slog.Float64("threshold", b.cfg.Threshold), slog.Duration("window", b.cfg.Window),
 		}
 		switch {
-		case st.opened:
+		case st.Opened:
 			logger.LogAttrs(ctx, slog.LevelWarn, "writeguard: dead-letter flood breaker open; calls that dead-letter are not handled", attrs...)
-		case st.closed:
+		case st.Closed:
 			logger.LogAttrs(ctx, slog.LevelInfo, "writeguard: dead-letter flood breaker closed", attrs...)
 		}
-		if !st.open || dead == 0 {
+		if !st.Open || dead == 0 {
 			return nil
 		}
-		return &FloodError{Share: st.share, Documents: st.docs, DeadLettered: st.dead,
+		return &FloodError{Share: st.Share, Documents: st.Docs, DeadLettered: st.Dead,
 			Threshold: b.cfg.Threshold, Window: b.cfg.Window, CallDeadLettered: dead}
 	}
 }
