@@ -18,6 +18,9 @@ type idempotentModelsKey struct{}
 // It is a side channel rather than a wrapper model type because the driver
 // switches on the concrete model types.
 func IdempotentModels(ctx context.Context, indexes ...int) context.Context {
+	if ctx == nil {
+		ctx = context.Background() // as the guarded methods take a nil ctx
+	}
 	prev, _ := ctx.Value(idempotentModelsKey{}).([]int)
 	all := append(slices.Clone(prev), indexes...)
 	slices.Sort(all)

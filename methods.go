@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/internal/driveropts"
 	"github.com/writeguard/writeguard/internal/engine"
 )
 
@@ -285,18 +286,12 @@ func errResult(err error) *mongo.SingleResult {
 	return mongo.NewSingleResultFromDocument(bson.D{}, err, nil)
 }
 
-// applyOptions applies opts to o, as the driver does; the error is the
-// driver's wording for a failing option builder.
+// applyOptions applies opts to o, as the driver does
+// (driveropts.Apply: nil and typed nil builders skipped); the error is
+// the driver's wording for a failing option builder.
 func applyOptions[T any](opts []options.Lister[T], o *T) error {
-	for _, l := range opts {
-		if l == nil {
-			continue
-		}
-		for _, set := range l.List() {
-			if err := set(o); err != nil {
-				return fmt.Errorf("failed to construct options from builder: %w", err)
-			}
-		}
+	if err := driveropts.Apply(opts, o); err != nil {
+		return fmt.Errorf("failed to construct options from builder: %w", err)
 	}
 	return nil
 }

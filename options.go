@@ -291,6 +291,9 @@ const idempotentKey ctxKey = 1
 // marks some models of a call only. Insert models never need it:
 // writeguard assigns their _id before the first attempt.
 func WithIdempotent(ctx context.Context) context.Context {
+	if ctx == nil {
+		ctx = context.Background() // as the guarded methods take a nil ctx
+	}
 	return context.WithValue(ctx, idempotentKey, true)
 }
 

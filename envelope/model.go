@@ -8,6 +8,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/writeguard/writeguard/internal/driveropts"
 )
 
 // Kinds of write an envelope holds (Envelope.Kind): the driver's write
@@ -465,8 +467,8 @@ func (o CallOptions) Document() (bson.Raw, error) {
 // option wins, as in the driver).
 func InsertOneCallOptions(opts ...options.Lister[options.InsertOneOptions]) (CallOptions, error) {
 	var o options.InsertOneOptions
-	if err := applyListers(&o, opts); err != nil {
-		return CallOptions{}, err
+	if err := driveropts.Apply(opts, &o); err != nil {
+		return CallOptions{}, fmt.Errorf("envelope: call options: %w", err)
 	}
 	return CallOptions{BypassDocumentValidation: o.BypassDocumentValidation, Comment: o.Comment}, nil
 }
@@ -474,8 +476,8 @@ func InsertOneCallOptions(opts ...options.Lister[options.InsertOneOptions]) (Cal
 // InsertManyCallOptions: see InsertOneCallOptions.
 func InsertManyCallOptions(opts ...options.Lister[options.InsertManyOptions]) (CallOptions, error) {
 	var o options.InsertManyOptions
-	if err := applyListers(&o, opts); err != nil {
-		return CallOptions{}, err
+	if err := driveropts.Apply(opts, &o); err != nil {
+		return CallOptions{}, fmt.Errorf("envelope: call options: %w", err)
 	}
 	return CallOptions{Ordered: o.Ordered, BypassDocumentValidation: o.BypassDocumentValidation, Comment: o.Comment}, nil
 }
@@ -483,24 +485,10 @@ func InsertManyCallOptions(opts ...options.Lister[options.InsertManyOptions]) (C
 // BulkWriteCallOptions: see InsertOneCallOptions.
 func BulkWriteCallOptions(opts ...options.Lister[options.BulkWriteOptions]) (CallOptions, error) {
 	var o options.BulkWriteOptions
-	if err := applyListers(&o, opts); err != nil {
-		return CallOptions{}, err
+	if err := driveropts.Apply(opts, &o); err != nil {
+		return CallOptions{}, fmt.Errorf("envelope: call options: %w", err)
 	}
 	return CallOptions{Ordered: o.Ordered, BypassDocumentValidation: o.BypassDocumentValidation, Let: o.Let, Comment: o.Comment}, nil
-}
-
-func applyListers[T any](dst *T, opts []options.Lister[T]) error {
-	for _, l := range opts {
-		if l == nil {
-			continue
-		}
-		for _, set := range l.List() {
-			if err := set(dst); err != nil {
-				return fmt.Errorf("envelope: call options: %w", err)
-			}
-		}
-	}
-	return nil
 }
 
 // ParseCallOptions reads a call_options document back into the bulkWrite

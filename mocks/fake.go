@@ -336,11 +336,7 @@ func (f *Fake) InsertMany(ctx context.Context, documents any, opts ...options.Li
 		return nil, fmt.Errorf("invalid documents: %w", mongo.ErrEmptySlice)
 	}
 	var o options.InsertManyOptions
-	for _, l := range opts {
-		for _, set := range l.List() {
-			_ = set(&o)
-		}
-	}
+	listAll(opts, &o)
 	ops := make([]op, dv.Len())
 	ids := make([]any, dv.Len())
 	for i := range ops {
@@ -377,11 +373,7 @@ func (f *Fake) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts ..
 		return nil, fmt.Errorf("invalid models: %w", mongo.ErrEmptySlice)
 	}
 	var o options.BulkWriteOptions
-	for _, l := range opts {
-		for _, set := range l.List() {
-			_ = set(&o)
-		}
-	}
+	listAll(opts, &o)
 	ops := make([]op, len(models))
 	for i, m := range models {
 		o, err := toOp(m)

@@ -8,6 +8,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard/internal/driveropts"
 )
 
 // The update, replace, delete and findAndModify methods of Fake. Each is
@@ -175,16 +177,11 @@ func (f *Fake) findAndModify(ctx context.Context, opName string, m mongo.WriteMo
 	return mongo.NewSingleResultFromDocument(doc, nil, nil)
 }
 
+// listAll applies opts to o as the driver does (driveropts.Apply); a
+// failing setter is a bug of the test: it panics.
 func listAll[T any](opts []options.Lister[T], o *T) {
-	for _, l := range opts {
-		if l == nil {
-			continue
-		}
-		for _, set := range l.List() {
-			if err := set(o); err != nil {
-				panic(fmt.Sprintf("mocks: option: %v", err))
-			}
-		}
+	if err := driveropts.Apply(opts, o); err != nil {
+		panic(fmt.Sprintf("mocks: option: %v", err))
 	}
 }
 

@@ -15,7 +15,7 @@ const WholeCommand = -1
 // MaxBSONSize is the largest document a MongoDB server accepts and
 // stores, 16 MiB (maxBsonObjectSize in the hello reply; a larger document
 // fails with 10334 BSONObjectTooLarge). The one home of this limit:
-// writeguard.MaxDocumentSize and envelope.MaxBSONSize are this constant.
+// envelope.MaxBSONSize is this constant.
 const MaxBSONSize = 16 * 1024 * 1024
 
 // Origin says where a Failure came from. It is read from the shape of the

@@ -5,6 +5,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard/internal/driveropts"
 )
 
 // AddBulk adds one attempt's result to total; UpsertedIDs are keyed by the
@@ -33,18 +35,11 @@ func TransactionRunning(ctx context.Context) bool {
 }
 
 // Ordered reads the ordered option from a call's options (driver
-// default: true), applying them as the driver does.
+// default: true), applying them as the driver does (driveropts.Apply).
 func Ordered[T any](opts []options.Lister[T], get func(*T) *bool) (bool, error) {
 	var o T
-	for _, l := range opts {
-		if l == nil {
-			continue
-		}
-		for _, set := range l.List() {
-			if err := set(&o); err != nil {
-				return false, err
-			}
-		}
+	if err := driveropts.Apply(opts, &o); err != nil {
+		return false, err
 	}
 	v := get(&o)
 	return v == nil || *v, nil
