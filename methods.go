@@ -49,6 +49,10 @@ func one[T any](g *Guarded, ctx context.Context, name, command string, model mon
 	var last *T
 	return guard(g, ctx, method[T]{
 		name: name, txInputs: 1, tx: call,
+		// findAndModify returns a document (before or after the write); a
+		// second run after a lost reply would return another one (the
+		// pre-image of the second run, or none after a delete).
+		neverResend: command == "findAndModify",
 		inputs: func() (int, bool, error) {
 			if check != nil {
 				if err := check(); err != nil {
@@ -90,7 +94,11 @@ func deleteAcked(r *mongo.DeleteResult) bool { return r.Acknowledged }
 // sending, an interruption) it is re-sent only when ctx marks it
 // idempotent (WithIdempotent, IdempotentModels(ctx, 0)); otherwise it ends
 // unknown. On success it returns exactly what the driver returns (after a
-// retry: the result of the attempt that succeeded). Otherwise it returns a
+// retry: the result of the attempt that succeeded, which counts only what
+// that attempt did: after a re-send that followed a lost reply,
+// MatchedCount and ModifiedCount may be 0 and UpsertedID nil although the
+// first attempt matched, modified or upserted; the same holds for the
+// DeletedCount of DeleteOne and DeleteMany). Otherwise it returns a
 // *Report with one Outcome (Model: the UpdateOneModel) and a nil result,
 // or the result when the update is stored (written_unconfirmed). A nil
 // filter or update, or an update document without update operators, is an
@@ -207,6 +215,14 @@ func (g *Guarded) DeleteMany(ctx context.Context, filter any, opts ...options.Li
 // invalid-argument error). A duplicate key or a validation failure, which
 // findAndModify reports as the command's error, is the statement's
 // verdict (conflict handler, dead-letter sink).
+//
+// A findAndModify that may have been applied (a lost reply, a timeout
+// after sending, an interruption) is never sent again, even when ctx marks
+// it idempotent: the second run would return another document (its own
+// pre-image, or none after FindOneAndDelete) as if it were the first's.
+// It ends unknown with MaybeWritten; read the document to learn its state.
+// Failures proved not applied (nothing sent, NoWritesPerformed) are
+// retried as for every method.
 func (g *Guarded) FindOneAndUpdate(ctx context.Context, filter any, update any, opts ...options.Lister[options.FindOneAndUpdateOptions]) *mongo.SingleResult {
 	var o options.FindOneAndUpdateOptions
 	if err := applyOptions(opts, &o); err != nil {
@@ -221,7 +237,8 @@ func (g *Guarded) FindOneAndUpdate(ctx context.Context, filter any, update any, 
 }
 
 // FindOneAndReplace runs findAndModify with a replacement through the
-// policy chain, as FindOneAndUpdate, routed as ReplaceOne.
+// policy chain, as FindOneAndUpdate (never sent again once it may have
+// been applied), routed as ReplaceOne.
 func (g *Guarded) FindOneAndReplace(ctx context.Context, filter any, replacement any, opts ...options.Lister[options.FindOneAndReplaceOptions]) *mongo.SingleResult {
 	var o options.FindOneAndReplaceOptions
 	if err := applyOptions(opts, &o); err != nil {
@@ -236,7 +253,9 @@ func (g *Guarded) FindOneAndReplace(ctx context.Context, filter any, replacement
 }
 
 // FindOneAndDelete runs findAndModify with remove through the policy
-// chain, as FindOneAndUpdate, routed as DeleteOne.
+// chain, as FindOneAndUpdate (never sent again once it may have been
+// applied: the deleted document would be lost to the caller), routed as
+// DeleteOne.
 func (g *Guarded) FindOneAndDelete(ctx context.Context, filter any, opts ...options.Lister[options.FindOneAndDeleteOptions]) *mongo.SingleResult {
 	var o options.FindOneAndDeleteOptions
 	if err := applyOptions(opts, &o); err != nil {

@@ -31,6 +31,10 @@ type method[T any] struct {
 	prepare func(ctx context.Context, c *engine.Call) error
 	// send makes one attempt.
 	send engine.Send
+	// neverResend: a write that may have been applied is never sent
+	// again, even when marked idempotent (findAndModify: a second run
+	// cannot return the first run's document).
+	neverResend bool
 	// result is the result returned after retries or with a Report.
 	result func(r engine.Result) *T
 }
@@ -62,6 +66,9 @@ func guard[T any](g *Guarded, ctx context.Context, m method[T]) (*T, error) {
 		return nil, err
 	}
 	marks(ctx, c) // IdempotentModels, Remaining.Context (finish.go)
+	if m.neverResend {
+		c.NeverResend()
+	}
 	first, err := c.Run(ctx, m.send)
 	if res, ok := first.(*T); ok && res != nil && err == nil {
 		return res, nil

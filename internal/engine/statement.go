@@ -13,6 +13,16 @@ type callExt struct {
 	bis    bisection
 }
 
+// NeverResend takes back every idempotence mark of the call (SetIdempotent,
+// SetIdempotentModels): a write that may have been applied is not sent
+// again, whatever the caller marked. The root uses it for findAndModify,
+// whose result (the document before or after the write) a second run
+// cannot give back.
+func (c *Call) NeverResend() {
+	c.idempotent = false
+	c.ext.idem = nil
+}
+
 // SetIdempotentModels marks the inputs at indexes (positions in the
 // caller's input) safe to re-send after an ambiguous failure, beside
 // SetIdempotent which marks all of them (writeguard.IdempotentModels).

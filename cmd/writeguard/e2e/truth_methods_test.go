@@ -107,7 +107,10 @@ func methodCases() []methodCase {
 		{name: "findOneAndUpdate", run: func(ctx context.Context, g *writeguard.Guarded, i int) error {
 			return fam(g.FindOneAndUpdate(ctx, byID(i), inc()))
 		}},
-		{name: "findOneAndReplace", idempotent: true, run: func(ctx context.Context, g *writeguard.Guarded, i int) error {
+		// Marked idempotent, yet never sent again once it may have been
+		// applied (a findAndModify's result is a document a second run
+		// cannot give back): the oracle expects it written or unknown.
+		{name: "findOneAndReplace", run: func(ctx context.Context, g *writeguard.Guarded, i int) error {
 			return fam(g.FindOneAndReplace(writeguard.WithIdempotent(ctx), byID(i), cbD("g", i, "v", 1, "c", 0)))
 		}},
 		{name: "findOneAndDelete", delete: true, run: func(ctx context.Context, g *writeguard.Guarded, i int) error {
