@@ -119,8 +119,10 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) ([]st
 			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", fs.Name())
 			return nil, exitUsage, true
 		}
-		if f := fs.Lookup("uri"); f != nil && f.Value.String() != "" {
-			scrub.AddURI(f.Value.String())
+		for _, name := range []string{"uri", "otlp-endpoint"} {
+			if f := fs.Lookup(name); f != nil && f.Value.String() != "" {
+				scrub.AddURI(f.Value.String())
+			}
 		}
 		rest := fs.Args()
 		if len(rest) == 0 || rest[0] == "--" {

@@ -30,6 +30,7 @@ func TestNoSecretInOutput(t *testing.T) {
 		{[]string{"dlq", "stats", "--uri", unreachable}, exitFail},
 		{[]string{"dlq", "discard", "--all", "--uri", unreachable}, exitFail},
 		{[]string{"dlq", "stats", "--uri", unreachable, "--help"}, exitOK},
+		{[]string{"demo", "--limit", "10", "--otlp-endpoint", "http://alice:" + pw + "@localhost:notaport"}, exitUsage},
 	} {
 		code, out, errOut := runCmd(t, context.Background(), c.args...)
 		if code != c.code {
@@ -40,7 +41,7 @@ func TestNoSecretInOutput(t *testing.T) {
 				t.Errorf("%v printed the secret %q:\nstdout: %s\nstderr: %s", c.args, s, out, errOut)
 			}
 		}
-		if c.code == exitUsage && !strings.Contains(errOut, "-uri") {
+		if c.code == exitUsage && !strings.Contains(errOut, "-uri") && !strings.Contains(errOut, "-otlp-endpoint") {
 			t.Errorf("%v: the usage error does not name -uri: %q", c.args, errOut)
 		}
 	}

@@ -6,15 +6,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/go-logr/stdr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/otlptranslator"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -59,8 +63,13 @@ func (tf *telemetryFlags) check() string {
 			return fmt.Sprintf("-metrics-addr %q: want HOST:PORT (%v)", tf.metricsAddr, err)
 		}
 	}
-	if tf.otlp != "" && !strings.HasPrefix(tf.otlp, "http://") && !strings.HasPrefix(tf.otlp, "https://") {
-		return fmt.Sprintf("-otlp-endpoint %q: want an http:// or https:// URL", tf.otlp)
+	if tf.otlp != "" {
+		u, err := url.Parse(tf.otlp)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			// scrubbed by usageError: the endpoint's user info is known
+			// to the scrubber (parseFlags).
+			return fmt.Sprintf("-otlp-endpoint %q: want an http:// or https:// URL with a host", tf.otlp)
+		}
 	}
 	if tf.linger < 0 {
 		return fmt.Sprintf("-linger %v: want ≥ 0", tf.linger)
@@ -102,6 +111,7 @@ func (t *telemetry) Enabled() bool { return len(t.closers) > 0 }
 // ask for. The providers are not installed globally, so the embedded
 // server's own telemetry stays out.
 func startTelemetry(ctx context.Context, tf *telemetryFlags, service string, stderr io.Writer) (*telemetry, error) {
+	quietOTel(stderr)
 	t := &telemetry{TracerProvider: tracenoop.NewTracerProvider(), MeterProvider: noop.NewMeterProvider(), tf: tf, stderr: stderr}
 	res := resource.NewSchemaless(attribute.String("service.name", service))
 	var tpOpts []sdktrace.TracerProviderOption
@@ -221,4 +231,21 @@ func (t *telemetry) Close() error {
 		err = errors.Join(err, c(ctx))
 	}
 	return err
+}
+
+// quietOTel routes the OpenTelemetry SDK's own log lines and export errors
+// (an unreachable collector, a bad endpoint) to stderr through the
+// command's scrubber: an endpoint's user info, and the secrets of every
+// -uri and OTEL_EXPORTER_OTLP_*ENDPOINT, never reach the output.
+func quietOTel(stderr io.Writer) {
+	for _, name := range otlpEnv {
+		if v := os.Getenv(name); v != "" {
+			scrub.AddURI(v)
+		}
+	}
+	w := scrub.Writer(stderr)
+	otel.SetLogger(stdr.New(log.New(w, "writeguard: telemetry: ", log.LstdFlags)))
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		fmt.Fprintf(w, "writeguard: telemetry: %v\n", err)
+	}))
 }
