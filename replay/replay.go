@@ -199,6 +199,9 @@ func Run(ctx context.Context, dlq *mongo.Collection, target writeguard.Collectio
 	if cfg.owner == "" {
 		cfg.owner = randomID()
 	}
+	if err := ensureLeases(ctx, cfg.leases); err != nil {
+		return res, err
+	}
 	res, err = drain(ctx, cfg, dlq, target, q, start)
 	res.Elapsed = cfg.now().Sub(start)
 	return res, err
@@ -1010,4 +1013,21 @@ func supplyWithheld(ctx context.Context, f WithheldFunc, env *envelope.Envelope)
 	out := *env
 	out.Original, out.Withheld = doc, nil
 	return &out, ""
+}
+
+// ensureLeases creates the lease collection before the first claim, so
+// that runs started together do not race to create it implicitly with
+// their first insert: a server answers the loser with 48
+// NamespaceExists (error_codes.yml), and FerretDB's SQLite backend with
+// an InternalError "table ... already exists"; both mean it is there.
+func ensureLeases(ctx context.Context, leases *mongo.Collection) error {
+	err := leases.Database().CreateCollection(ctx, leases.Name())
+	var ce mongo.CommandError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ce) && (ce.Code == 48 || strings.Contains(ce.Message, "already exists")):
+		return nil
+	}
+	return fmt.Errorf("replay: creating the lease collection %s: %w", leases.Name(), err)
 }
