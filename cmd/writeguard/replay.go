@@ -407,7 +407,7 @@ func printReplay(w io.Writer, outs []replayOut, f dlqFlags, validator bson.D) {
 		line("still invalid", o.StillInvalid, "rejected again: pending, attempts + 1")
 		line("conflicts", o.Conflicts, "another document holds the key: pending")
 		line("failed", o.Failed, "other errors: pending, run again")
-		line("skipped", o.Skipped, "truncated or redacted originals")
+		line("skipped", o.Skipped, "not replayable as stored (cut, redacted or withheld fields, undecodable): pending, reason recorded")
 		if o.Refused > 0 {
 			line("refused", o.Refused, "not allowed (-into, -allow, -allow-multi): pending, reason recorded")
 		}
