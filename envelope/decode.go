@@ -143,17 +143,25 @@ func decodeFailure(raw bson.Raw, err error) error {
 	return &DecodeError{ID: id, Err: err}
 }
 
-// checkOriginal returns a *DecodeError (ErrMissingOriginal) when raw
-// holds no original, in either stored form (original, or its exact
-// bytes in original_raw).
+// checkOriginal returns a *DecodeError when raw holds no original in
+// either stored form (ErrMissingOriginal), or one of the wrong type
+// (ErrWrongType: original not an embedded document, original_raw not
+// binary): the same test as Stats' query (hasOriginal), so that every
+// command counts the same envelopes undecodable.
 func checkOriginal(raw bson.Raw) error {
-	if _, err := raw.LookupErr("original"); err == nil {
-		return nil
-	}
-	if _, err := raw.LookupErr("original" + rawFormSuffix); err == nil {
-		return nil
-	}
 	id, _ := raw.LookupErr("_id")
+	if v, err := raw.LookupErr("original"); err == nil {
+		if v.Type == bson.TypeEmbeddedDocument {
+			return nil
+		}
+		return &DecodeError{ID: id, Field: "original", Type: v.Type, Want: envelopeFields()["original"].want, Err: ErrWrongType}
+	}
+	if v, err := raw.LookupErr("original" + rawFormSuffix); err == nil {
+		if v.Type == bson.TypeBinary {
+			return nil
+		}
+		return &DecodeError{ID: id, Field: "original" + rawFormSuffix, Type: v.Type, Want: "binary (the original's BSON bytes)", Err: ErrWrongType}
+	}
 	return &DecodeError{ID: id, Field: "original", Want: envelopeFields()["original"].want, Err: ErrMissingOriginal}
 }
 

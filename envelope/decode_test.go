@@ -92,3 +92,29 @@ func TestIDString(t *testing.T) {
 		t.Errorf("no _id: %q", got)
 	}
 }
+
+// An original that is null, a string, or an original_raw that is not
+// binary is undecodable for Decode as it is for Stats' query
+// (hasOriginal): list, show and stats count the same envelopes.
+func TestDecodeOriginalOfTheWrongType(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		doc   bson.D
+		field string
+	}{
+		{"null original", bson.D{{Key: "_id", Value: 1}, {Key: "original", Value: nil}}, "original"},
+		{"string original", bson.D{{Key: "_id", Value: 2}, {Key: "original", Value: "not a doc"}}, "original"},
+		{"string original_raw", bson.D{{Key: "_id", Value: 3}, {Key: "original_raw", Value: "x"}}, "original_raw"},
+		{"no original", bson.D{{Key: "_id", Value: 4}}, "original"},
+	} {
+		raw, err := bson.Marshal(c.doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Decode(raw)
+		var de *DecodeError
+		if !errors.As(err, &de) || de.Field != c.field {
+			t.Errorf("%s: err %v, want a DecodeError on %s", c.name, err, c.field)
+		}
+	}
+}

@@ -113,11 +113,13 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 	if err != nil {
 		return Summary{}, err
 	}
+	// Every field but the large ones (the original, errInfo, the call
+	// options, in either form), so that an envelope that list or show
+	// finds undecodable is undecodable here too.
 	proj := bson.D{
-		{Key: "_id", Value: 1}, {Key: "status", Value: 1}, {Key: "failing_keywords", Value: 1},
-		{Key: "failing_paths", Value: 1}, {Key: "code", Value: 1}, {Key: "code_name", Value: 1},
-		{Key: "namespace", Value: 1}, {Key: "first_seen", Value: 1}, {Key: "attempts", Value: 1},
-		{Key: FieldReplayHold, Value: 1},
+		{Key: "original", Value: 0}, {Key: "original" + rawFormSuffix, Value: 0},
+		{Key: "err_info", Value: 0}, {Key: "err_info" + rawFormSuffix, Value: 0},
+		{Key: "call_options", Value: 0}, {Key: "call_options" + rawFormSuffix, Value: 0},
 	}
 	var st Summary
 	// The original is not read for the counts: the envelopes whose
