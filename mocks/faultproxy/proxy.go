@@ -150,6 +150,9 @@ type Proxy struct {
 	procID     bson.ObjectID // topologyVersion.processId (replica-set mode)
 	updates    sync.Mutex    // held while an update goes upstream (isolate)
 
+	parkMu sync.Mutex
+	parked []net.Conn // upstream connections of closed sessions (park)
+
 	topoMu      sync.Mutex
 	topoCh      chan struct{} // closed to answer the awaitable hellos now
 	topoCounter int64         // topologyVersion.counter
@@ -283,7 +286,35 @@ func (p *Proxy) Close() error {
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
+	p.parkMu.Lock()
+	for _, c := range p.parked {
+		_ = c.Close()
+	}
+	p.parked = nil
+	p.parkMu.Unlock()
 	return err
+}
+
+// park keeps the upstream connection c of a closed session open until
+// Close. MongoDB keeps a cursor when the connection that opened it closes
+// (it times out idle, or dies with its session), and a driver sends the
+// getMore on whichever pooled connection it checks out. FerretDB v1 closes
+// the cursors of a connection when it closes, and a getMore that races the
+// close finds the cursor with its iterator gone and answers an empty last
+// batch, not CursorNotFound (internal/clientconn/cursor: Registry.NewCursor
+// closes on the connection's context, Cursor.Close drops the iterator
+// before the registry entry): a paged find (find and getMore batches are
+// capped under Limits) silently loses documents when a fault closes the
+// connection that opened it. Kept open, the upstream connection keeps its
+// cursors; nothing is sent on it again.
+func (p *Proxy) park(c net.Conn) {
+	p.parkMu.Lock()
+	defer p.parkMu.Unlock()
+	if p.ctx.Err() != nil {
+		_ = c.Close()
+		return
+	}
+	p.parked = append(p.parked, c)
 }
 
 func (p *Proxy) acceptLoop(ln net.Listener) {
@@ -334,7 +365,8 @@ func (s *session) closeConns() {
 	s.closed = true
 	_ = s.client.Close()
 	if s.backend != nil {
-		_ = s.backend.Close()
+		s.p.park(s.backend)
+		s.backend = nil
 	}
 }
 
