@@ -257,6 +257,77 @@ func TestC55TimeSeriesNeverResends(t *testing.T) {
 	})
 }
 
+// flakyUniqueID is a Fake whose first asks whether _id is unique fail, as
+// a listCollections does when it meets a dropped connection.
+type flakyUniqueID struct {
+	*mocks.Fake
+	fails, asks int
+}
+
+func (f *flakyUniqueID) UniqueID(ctx context.Context) (bool, error) {
+	f.asks++
+	if f.fails > 0 {
+		f.fails--
+		return false, mongo.CommandError{Code: 91, Name: "ShutdownInProgress", Message: "The server is in quiesce mode and will shut down"}
+	}
+	return f.Fake.UniqueID(ctx)
+}
+
+// A failed ask whether _id is unique is asked again, as a read-back is:
+// the insert whose connection dropped is re-sent and written once the
+// target answers (unique), not ended unknown on a guess. An ask that
+// never succeeds counts as not unique: the insert is never re-sent.
+func TestUniqueIDAskedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &flakyUniqueID{Fake: mocks.NewFake("db.ask").Script(mocks.DropConnection()), fails: 2}
+		g, err := writeguard.New(f, writeguard.WithBackoff(policy.Backoff{Jitter: func() float64 { return 0.5 }}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}}); err != nil {
+			t.Fatalf("err = %v, want written after the ask succeeded", err)
+		}
+		if f.asks != 3 || len(f.Calls()) != 2 || len(f.Docs()) != 1 {
+			t.Errorf("%d asks, %d calls, %d stored; want 3 asks, 2 calls, 1 stored", f.asks, len(f.Calls()), len(f.Docs()))
+		}
+
+		never := &flakyUniqueID{Fake: mocks.NewFake("db.never").Script(mocks.DropConnection()), fails: 1000}
+		g, err = writeguard.New(never, writeguard.WithBackoff(policy.Backoff{Jitter: func() float64 { return 0.5 }}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = g.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}})
+		var r *writeguard.Report
+		if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.OutcomeUnknown || !r.Outcomes[0].MaybeWritten {
+			t.Fatalf("err = %v, want unknown with MaybeWritten", err)
+		}
+		if len(never.Calls()) != 1 || never.asks != 3 {
+			t.Errorf("%d calls after %d asks; want 1 call (never re-sent) after 3 asks", len(never.Calls()), never.asks)
+		}
+	})
+}
+
+// Where _id is not unique, another document found under the _id of a
+// possibly applied insert proves nothing about it (nothing refuses a
+// second one): unknown, and MaybeWritten stays.
+func TestNoUniqueIDForeignDocumentKeepsMaybe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := mocks.NewFake("db.ts").TimeSeries().Script(mocks.DropConnection())
+		if err := fake.Seed(bson.D{{Key: "_id", Value: 1}, {Key: "t", Value: "someone else's"}}); err != nil {
+			t.Fatal(err)
+		}
+		fx := newFixture(t, fake)
+		_, err := fx.g.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}, {Key: "t", Value: "ours"}})
+		var r *writeguard.Report
+		if !errors.As(err, &r) || r.Outcomes[0].Disposition != writeguard.OutcomeUnknown || !r.Outcomes[0].MaybeWritten {
+			t.Fatalf("err = %v, want unknown with MaybeWritten", err)
+		}
+		if len(fake.Calls()) != 1 {
+			t.Errorf("%d calls, want 1 (never re-sent)", len(fake.Calls()))
+		}
+	})
+}
+
 // C60: one driver call, one server command. A BulkWrite of two inserts and
 // an update goes out as two commands (one per command kind, as the driver
 // sends it); the update's command is refused (13 Unauthorized). What that

@@ -249,9 +249,11 @@ func WithUnacknowledged() Option {
 // Default: learned once per Guarded, when an insert first may have been
 // applied: a *mongo.Collection asks the server (listCollections: type
 // "timeseries" means not unique), a Target that implements UniqueIDTarget
-// is asked, any other Target is taken as unique. While the server cannot be
-// asked (the error is not cached), _id counts as not unique: no insert is
-// re-sent on a guess.
+// is asked, any other Target is taken as unique. A failed ask is not cached:
+// it is asked again with the write backoff, as a read-back is (up to 3
+// failures, a cleared connection pool not counted, within MaxElapsed);
+// if the server still cannot be asked, _id counts as not unique for that
+// call: no insert is re-sent on a guess.
 //
 // On a sharded collection whose shard key is not _id, _id is unique per
 // shard only; a re-sent insert is the same document with the same shard

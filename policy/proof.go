@@ -236,12 +236,26 @@ var InterruptedCodes = []int32{24, 50, 91, 189, 262, 279, 10058, 10107, 11600, 1
 //     SERVER-7164): a unique index refused the document;
 //   - 16500 (Azure Cosmos DB TooManyRequests, per statement): the request
 //     was throttled and not performed (Azure Cosmos DB for MongoDB,
-//     "Troubleshoot query and request-rate issues": retry the operation).
+//     "Troubleshoot query and request-rate issues": retry the operation);
+//   - IllegalOperation 20: the write was refused before it ran, for what
+//     the command asked ("Transaction numbers are only allowed on a
+//     replica set member or mongos": a standalone answers an insert with
+//     it at index 0, PYTHON-2048; the class is Configuration, never a
+//     dead-letter). mongos copies a shard's whole-command 20 onto the
+//     statements it sent there (batch_write_op.cpp noteBatchError), and a
+//     shard refuses with 20 only before it runs the batch: 20 is in none
+//     of the Interruption, NotPrimaryError and ShutdownError categories
+//     that abort a write after it committed part of its batch
+//     (error_codes.yml; write_ops_exec.cpp handleError rethrows the
+//     Interruption category to fail the whole command, "These have always
+//     failed the whole batch", and records any other exception thrown by
+//     a statement, before its write unit of work committed, as that
+//     statement's write error).
 //
 // A code added to a Table's Invalid or Conflict set is dead-lettered or
 // handed to the conflict handler only when it is here too: a write error
 // that proves nothing is never a verdict, whatever its class.
-var WriteErrorVerdictCodes = []int32{2, 14, 121, 10334, 11000, 11001, 12582, 16500, 16755, 17280}
+var WriteErrorVerdictCodes = []int32{2, 14, 20, 121, 10334, 11000, 11001, 12582, 16500, 16755, 17280}
 
 // AuthorizationCodes are the whole-command codes of a missing privilege or
 // a failed authentication: UserNotFound 11, Unauthorized 13,

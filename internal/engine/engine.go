@@ -57,8 +57,10 @@ type Config struct {
 	Limits func(ctx context.Context) Limits
 	// UniqueID says whether _id is unique where the documents land (false:
 	// a time-series collection), asked when an insert may have been
-	// applied; nil: unique.
-	UniqueID func(ctx context.Context) bool
+	// applied; nil: unique. An error (the server could not be asked) is
+	// asked again as a read-back is (retrySide); if it persists, _id
+	// counts as not unique for the call.
+	UniqueID func(ctx context.Context) (bool, error)
 	// Report turns a finished call that did not end all written into
 	// the error the call returns (the root's *Report), reading what the
 	// call proved through its Result.

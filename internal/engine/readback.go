@@ -52,8 +52,11 @@ func (c *Call) readBackAll(ctx context.Context, td *todo, fallback policy.Dispos
 		doc, found := stored[readback.Key(it.id)]
 		same := found && policy.SameDocument(doc, it.doc)
 		unconf := it.ev == unconfirmed
-		if found && !same {
-			it.ev = noEvidence // another document holds the _id: ours is not stored
+		if found && !same && !c.noUniqueID {
+			// another document holds the _id, which is unique: ours is not
+			// stored. Where _id is not unique a second document under it
+			// proves nothing about ours (AfterReadBackNoUniqueID).
+			it.ev = noEvidence
 		}
 		c.apply(it, c.afterReadBack(found, same, unconf, fallback), td)
 	}

@@ -165,15 +165,30 @@ func (c *Call) decide(ctx context.Context, it *item, v verdict) Decision {
 }
 
 // askUniqueID learns, once per call, whether _id is unique where the
-// documents land (Config.UniqueID; nil: unique).
+// documents land (Config.UniqueID; nil: unique). A failed ask (a
+// listCollections that met a dropped connection or a cleared pool) is
+// retried as a read-back is (retrySide: the write backoff, 3 counted
+// failures, checkout failures not counted, within MaxElapsed and ctx);
+// only if it still fails does _id count as not unique for the call: no
+// insert is re-sent on a guess, and what may have been applied is read
+// back instead.
 func (c *Call) askUniqueID(ctx context.Context) {
 	if c.uniqueAsked {
 		return
 	}
 	c.uniqueAsked = true
-	if f := c.e.cfg.UniqueID; f != nil {
-		c.noUniqueID = !f(ctx)
+	f := c.e.cfg.UniqueID
+	if f == nil {
+		return
 	}
+	unique := false
+	if err := c.retrySide(ctx, 3, func(int) (err error) {
+		unique, err = f(ctx)
+		return err
+	}); err != nil {
+		unique = false
+	}
+	c.noUniqueID = !unique
 }
 
 // maybeInserts returns the pending inserts of batch that an attempt may

@@ -35,12 +35,14 @@ func PrimaryReads(t Reader) Reader {
 
 // UniqueID returns what the engine asks (Config.UniqueID) of target t:
 // the declared value, or what t says (a *mongo.Collection: listCollections
-// type "timeseries"; a t with UniqueID(ctx) (bool, error): its answer), learned once (an error is not cached,
-// and counts as not unique for that call).
-func UniqueID(t any, declared *bool) func(context.Context) bool {
+// type "timeseries"; a t with UniqueID(ctx) (bool, error): its answer),
+// learned once. An error is not cached: it is returned, and the next call
+// asks again (the engine retries it as a read-back, then counts _id as not
+// unique for that call).
+func UniqueID(t any, declared *bool) func(context.Context) (bool, error) {
 	if declared != nil {
 		v := *declared
-		return func(context.Context) bool { return v }
+		return func(context.Context) (bool, error) { return v, nil }
 	}
 	var ask func(context.Context) (bool, error)
 	switch c := t.(type) {
@@ -64,17 +66,17 @@ func UniqueID(t any, declared *bool) func(context.Context) bool {
 		known  bool
 		unique bool
 	)
-	return func(ctx context.Context) bool {
+	return func(ctx context.Context) (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !known {
 			v, err := ask(ctx)
 			if err != nil {
-				return false
+				return false, err
 			}
 			known, unique = true, v
 		}
-		return unique
+		return unique, nil
 	}
 }
 

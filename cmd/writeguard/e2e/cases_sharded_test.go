@@ -125,35 +125,58 @@ func TestC52MongosLostShardReply(t *testing.T) {
 // C55: a time-series target has no unique _id; attempt 1 is applied and
 // its reply lost. Nothing may be stored twice: the maybe-applied
 // measurements are read back (found: already_written), never re-sent
-// blindly. The target says what it is (mocks.Fake.CollectionType, as
-// listCollections does).
+// blindly. The target says what it is (learned: mocks.Fake.UniqueID, as
+// listCollections type "timeseries" does for a *mongo.Collection), or the
+// caller declares it (writeguard.WithUniqueID(false), on a target that
+// says nothing). A call whose inputs all end written or already_written
+// returns a nil error, so each disposition is read from the hooks.
 func TestC55TimeSeriesTargetNoDuplicates(t *testing.T) {
 	ctx := context.Background()
-	for _, op := range []string{mocks.OpInsertMany, mocks.OpInsertOne} {
-		t.Run(op, func(t *testing.T) {
-			f := mocks.NewFake("db.measurements").TimeSeries().Script(mocks.LoseReply())
-			g, err := writeguard.New(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			docs := []any{cbD("_id", "m-1", "t", int32(1), "v", 1.5), cbD("_id", "m-2", "t", int32(2), "v", 2.5), cbD("_id", "m-3", "t", int32(3), "v", 3.5)}
-			if op == mocks.OpInsertOne {
-				docs = docs[:1]
-				_, err = g.InsertOne(ctx, docs[0])
-			} else {
-				_, err = g.InsertMany(ctx, docs)
-			}
-			if n := len(f.Docs()); n != len(docs) {
-				t.Errorf("%d measurements stored for %d sent: a re-send wrote them twice", n, len(docs))
-			}
-			for i, o := range cbOutcomes(t, len(docs), err) {
-				if o.Disposition != writeguard.AlreadyWritten && !(o.Disposition == writeguard.OutcomeUnknown && o.MaybeWritten) {
-					t.Errorf("measurement %d: %s (maybe=%v), want already_written (read back) or unknown with MaybeWritten", i, o.Disposition, o.MaybeWritten)
+	for _, how := range []string{"learned", "declared"} {
+		for _, op := range []string{mocks.OpInsertMany, mocks.OpInsertOne} {
+			t.Run(how+"/"+op, func(t *testing.T) {
+				f := mocks.NewFake("db.measurements").TimeSeries().Script(mocks.LoseReply())
+				rec := &mocks.Recorder{}
+				var target writeguard.Target = f
+				opts := []writeguard.Option{writeguard.WithHooks(rec.Hooks())}
+				if how == "declared" {
+					target = silentTarget{f}
+					opts = append(opts, writeguard.WithUniqueID(false))
 				}
-			}
-		})
+				g, err := writeguard.New(target, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				docs := []any{cbD("_id", "m-1", "t", int32(1), "v", 1.5), cbD("_id", "m-2", "t", int32(2), "v", 2.5), cbD("_id", "m-3", "t", int32(3), "v", 3.5)}
+				if op == mocks.OpInsertOne {
+					docs = docs[:1]
+					_, err = g.InsertOne(ctx, docs[0])
+				} else {
+					_, err = g.InsertMany(ctx, docs)
+				}
+				if n := len(f.Docs()); n != len(docs) || len(f.Calls()) != 1 {
+					t.Errorf("%d measurements stored for %d sent, in %d calls: want each once, never re-sent", n, len(docs), len(f.Calls()))
+				}
+				outs := cbOutcomes(t, len(docs), err)
+				disps := rec.Dispositions()
+				if len(disps) != len(docs) {
+					t.Fatalf("%d disposition events for %d measurements", len(disps), len(docs))
+				}
+				for _, d := range disps {
+					o := outs[d.Index]
+					if d.Disposition != writeguard.AlreadyWritten && !(d.Disposition == writeguard.OutcomeUnknown && o.MaybeWritten) {
+						t.Errorf("measurement %d: %s (maybe=%v), want already_written (read back) or unknown with MaybeWritten", d.Index, d.Disposition, o.MaybeWritten)
+					}
+				}
+			})
+		}
 	}
 }
+
+// silentTarget is a Target that says nothing about itself (no UniqueID,
+// no Hello, no ReadPrimary): only the caller's WithUniqueID tells
+// writeguard that _id is not unique.
+type silentTarget struct{ writeguard.Target }
 
 // C60: one driver call, several server commands. BulkWrite [insert o-1,
 // insert o-2, update u-1]: the insert command commits, the update command

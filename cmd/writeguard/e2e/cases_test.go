@@ -913,8 +913,14 @@ func TestC17RetryableWriteConcernError(t *testing.T) {
 // errors itself (maxAdaptiveRetries, default 2, even against a
 // standalone), and writeguard makes at most DefaultThrottledAttempts (2)
 // attempts, so the server sees at most 3 x 2 = 6 commands. Three failures:
-// success on the 4th command. SystemOverloadedError alone: no retry at
-// all.
+// success on the 4th command. Never heals: the error is a whole-command 91
+// ShutdownInProgress, in the server's ShutdownError category, which the
+// reply-shape table reads as "maybe applied" (policy.ShapeInterrupted:
+// write_ops_exec.cpp fails the command after it may have committed the
+// start of its batch), so the insert that is never confirmed ends
+// unknown with MaybeWritten, not exhausted: issue 18, "exhausted only
+// where every attempt proved the document not applied".
+// SystemOverloadedError alone: no retry at all.
 func TestC19OverloadLabels(t *testing.T) {
 	overload := faultproxy.CommandError{Code: 91, CodeName: "ShutdownInProgress", Message: "overloaded", Labels: []string{"RetryableError", "SystemOverloadedError"}}
 	t.Run("both labels, 3 failures", func(t *testing.T) {
@@ -942,8 +948,11 @@ func TestC19OverloadLabels(t *testing.T) {
 		g := b.guard("c19")
 		b.script(faultproxy.On("insert").In(b.ns("c19")).Always().Do(faultproxy.ErrorReply(overload)))
 		_, err := g.InsertOne(b.ctx, cbD("_id", "o2"))
-		if !errors.Is(err, writeguard.ErrExhausted) {
-			t.Fatalf("err = %v, want ErrExhausted", err)
+		if !errors.Is(err, writeguard.ErrOutcomeUnknown) {
+			t.Fatalf("err = %v, want ErrOutcomeUnknown (91 proves nothing: maybe applied)", err)
+		}
+		if o := cbReport(t, err).Outcomes[0]; o.Disposition != writeguard.OutcomeUnknown || !o.MaybeWritten || o.Attempts != writeguard.DefaultThrottledAttempts {
+			t.Errorf("outcome %s (maybe=%v) after %d attempts, want unknown with MaybeWritten after %d", o.Disposition, o.MaybeWritten, o.Attempts, writeguard.DefaultThrottledAttempts)
 		}
 		if n := b.cmds.N("insert", b.ns("c19")); n != 6 {
 			t.Errorf("%d insert commands, want 6 = (1 + maxAdaptiveRetries 2) x DefaultThrottledAttempts %d", n, writeguard.DefaultThrottledAttempts)
@@ -1109,8 +1118,13 @@ func TestC21DeadlineDuringFlight(t *testing.T) {
 // before it is forwarded) stops after writeguard's 3 attempts: 2 x 3 = 6
 // insert commands with the driver's retryable writes (the bed in
 // replica-set mode, or a replica set under MONGODB_URI), 3 against a
-// standalone (the driver does not retry); the documents end exhausted
-// with their ids, never dead-lettered. Variant: an unreachable server: one classified error for
+// standalone (the driver does not retry); never dead-lettered. The client
+// sees a connection closed after it wrote the command, which proves
+// nothing (policy.ShapeNetworkInFlight, retryable-writes spec: the write
+// may have been applied), and the read-back that finds nothing does not
+// prove the write will not land: each document ends unknown with
+// MaybeWritten and its id (engine.ReadBackFallback), not exhausted, which
+// claims every attempt proved it not applied (issue 18). Variant: an unreachable server: one classified error for
 // the call after the budget, not a loop per document.
 func TestC22NoRetryStorm(t *testing.T) {
 	t.Run("connection closed on every insert", func(t *testing.T) {
@@ -1123,8 +1137,8 @@ func TestC22NoRetryStorm(t *testing.T) {
 		elapsed := time.Since(t0)
 		r := cbReport(t, err)
 		for _, o := range r.Outcomes {
-			if o.Disposition != writeguard.Exhausted || o.ID == nil || o.Attempts != 3 {
-				t.Errorf("outcome %d: %s id=%v attempts=%d, want exhausted after 3 attempts with its id", o.Index, o.Disposition, o.ID, o.Attempts)
+			if o.Disposition != writeguard.OutcomeUnknown || !o.MaybeWritten || o.ID == nil || o.Attempts != 3 {
+				t.Errorf("outcome %d: %s (maybe=%v) id=%v attempts=%d, want unknown with MaybeWritten after 3 attempts with its id", o.Index, o.Disposition, o.MaybeWritten, o.ID, o.Attempts)
 			}
 		}
 		n := b.cmds.N("insert", b.ns("c22"))
@@ -1366,7 +1380,11 @@ func TestC26Unacknowledged(t *testing.T) {
 
 // C27: configuration errors fail the call at once and name the setting;
 // never dead-lettered or retried. Code 20 as a write error at index 0
-// (retryWrites=false: the driver passes it through as a write error);
+// (retryWrites=false: the driver passes it through as a write error): 20
+// IllegalOperation is refused before the statement runs, and mongos
+// relays a shard's 20 only from a shard that ran nothing, so it proves
+// the statement not applied (policy.WriteErrorVerdictCodes): failed, and
+// the ordered tail the server never ran not_attempted;
 // 79 and 100 as write concern errors (the write was applied:
 // written_unconfirmed, not re-sent).
 func TestC27ConfigurationErrors(t *testing.T) {

@@ -74,6 +74,12 @@
 //     FailedToParse (9) (a standalone mongod answers IllegalOperation 20).
 //     Sessions without a transaction work; lsid and txnNumber are ignored,
 //     endSessions is CommandNotFound (59, which the driver ignores).
+//   - An update reads the document, applies the operators in Go and writes
+//     the whole document back, with nothing between the read and the
+//     write: of two concurrent updates of one document, one is lost
+//     although both are acknowledged (16 writers: 320 $inc acknowledged,
+//     88 stored). mocks/faultproxy sends updates upstream one at a time,
+//     so the e2e bed keeps MongoDB's per-document atomicity.
 //   - Update with an aggregation pipeline fails with TypeMismatch (14); the
 //     $jsonSchema query operator fails with BadValue (2).
 //
