@@ -37,7 +37,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -328,20 +327,7 @@ func shTruthWrite(ctx context.Context, g *cbGuard, c *shCall) {
 		}
 		_, c.err = g.InsertMany(ctx, docs, options.InsertMany().SetOrdered(c.ordered))
 	}
-	c.outcomes = make([]writeguard.Outcome, n)
-	var r *writeguard.Report
-	switch {
-	case c.err == nil:
-		for i := range c.outcomes {
-			c.outcomes[i] = writeguard.Outcome{Index: i, Disposition: writeguard.Written}
-		}
-	case errors.As(c.err, &r) && len(r.Outcomes) == n:
-		copy(c.outcomes, r.Outcomes)
-	default:
-		for i := range c.outcomes {
-			c.outcomes[i] = writeguard.Outcome{Index: i, Disposition: "NO_REPORT", MaybeWritten: true}
-		}
-	}
+	c.outcomes = callOutcomes(c.err, n)
 }
 
 type shVerdict struct {

@@ -200,20 +200,29 @@ func truthWrite(ctx context.Context, g *cbGuard, c *truthCall) {
 		}
 		_, c.err = g.InsertMany(ctx, docs, options.InsertMany().SetOrdered(c.ordered))
 	}
-	c.outcomes = make([]writeguard.Outcome, n)
+	c.outcomes = callOutcomes(c.err, n)
+}
+
+// callOutcomes returns the n Outcomes of a call's error: written for all
+// when it is nil (a call whose inputs all end written or already_written
+// returns nil; both are stored), the Report's when it has one per input,
+// else NO_REPORT, maybe written, for all (which the oracle flags).
+func callOutcomes(err error, n int) []writeguard.Outcome {
+	out := make([]writeguard.Outcome, n)
 	var r *writeguard.Report
 	switch {
-	case c.err == nil:
-		for i := range c.outcomes {
-			c.outcomes[i] = writeguard.Outcome{Index: i, Disposition: writeguard.Written}
+	case err == nil:
+		for i := range out {
+			out[i] = writeguard.Outcome{Index: i, Disposition: writeguard.Written}
 		}
-	case errors.As(c.err, &r) && len(r.Outcomes) == n:
-		copy(c.outcomes, r.Outcomes)
+	case errors.As(err, &r) && len(r.Outcomes) == n:
+		copy(out, r.Outcomes)
 	default:
-		for i := range c.outcomes {
-			c.outcomes[i] = writeguard.Outcome{Index: i, Disposition: "NO_REPORT", MaybeWritten: true}
+		for i := range out {
+			out[i] = writeguard.Outcome{Index: i, Disposition: "NO_REPORT", MaybeWritten: true}
 		}
 	}
+	return out
 }
 
 type truthVerdict struct {
