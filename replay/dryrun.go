@@ -7,6 +7,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/envelope"
@@ -109,9 +110,15 @@ func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collec
 	if !cfg.redacted {
 		eligible = append(eligible, bson.E{Key: "original_redacted", Value: bson.D{{Key: "$ne", Value: true}}})
 	}
-	n, err := dlq.CountDocuments(ctx, eligible)
+	// The eligible envelopes are decoded as the replay decodes them: one
+	// that cannot be decoded (a hand-edited field of the wrong type) is
+	// skipped by the replay, so it is undetermined here, not "would pass".
+	n, bad, err := decodable(ctx, dlq, eligible)
 	if err != nil {
-		return res, fmt.Errorf("replay: dry run: counting envelopes: %w", err)
+		return res, err
+	}
+	if len(bad) > 0 {
+		eligible = append(eligible, bson.E{Key: "_id", Value: bson.D{{Key: "$nin", Value: bad}}})
 	}
 	res.Undetermined = matched - n
 	if validator == nil {
@@ -144,6 +151,31 @@ func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collec
 	}
 	res.WouldPass, res.WouldFail = pass, n-pass
 	return res, nil
+}
+
+// decodable counts the envelopes q selects that envelope.Decode reads, and
+// returns the _ids of those it cannot (few: hand-edited or foreign
+// documents). errInfo is not read.
+func decodable(ctx context.Context, dlq *mongo.Collection, q bson.D) (int64, bson.A, error) {
+	cur, err := dlq.Find(ctx, q, options.Find().SetProjection(bson.D{{Key: "err_info", Value: 0}, {Key: "err_info_raw", Value: 0}}))
+	if err != nil {
+		return 0, nil, fmt.Errorf("replay: dry run: reading envelopes: %w", err)
+	}
+	defer cur.Close(ctx)
+	var n int64
+	var bad bson.A
+	for cur.Next(ctx) {
+		if _, err := envelope.Decode(cur.Current); err != nil {
+			id := cur.Current.Lookup("_id")
+			bad = append(bad, bson.RawValue{Type: id.Type, Value: append([]byte(nil), id.Value...)})
+			continue
+		}
+		n++
+	}
+	if err := cur.Err(); err != nil {
+		return 0, nil, fmt.Errorf("replay: dry run: reading envelopes: %w", err)
+	}
+	return n, bad, nil
 }
 
 // unsupported wraps a server's refusal of the dry-run pipeline in

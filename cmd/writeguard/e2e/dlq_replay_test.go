@@ -322,6 +322,15 @@ func TestDLDryRunFerretDB(t *testing.T) {
 	if n := b.count(dlTarget, bson.D{}); n != 2 {
 		t.Errorf("a dry run wrote to the target: %d documents", n)
 	}
+	// A hand-edited envelope the replay cannot decode (and so skips) is
+	// undetermined in the dry run, never "would pass".
+	if _, err := b.dlq.UpdateOne(b.ctx, bson.D{{Key: "status", Value: envelope.StatusPending}}, bson.D{{Key: "$set", Value: bson.D{{Key: "attempts", Value: "three"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = replayRun(b, b.replayTarget(), replay.WithDryRun())
+	if err != nil || res.WouldPass != 4 || res.Undetermined != 1 {
+		t.Errorf("one undecodable envelope: %+v, %v; want 4 would pass, 1 undetermined", res, err)
+	}
 }
 
 // TestDLReplayStopsWhenTargetDown: every write of a batch failing with a
