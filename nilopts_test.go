@@ -28,6 +28,7 @@ func TestNilOptionBuilders(t *testing.T) {
 		t.Errorf("UpdateMany with nil builders: %v", err)
 	}
 	var bw *options.BulkWriteOptionsBuilder
+	//lint:ignore SA1012 a nil ctx is what is tested: WithIdempotent takes it as context.Background()
 	if _, err := g.BulkWrite(writeguard.WithIdempotent(nil), nil, bw); err == nil {
 		t.Error("BulkWrite of no models: want the driver's invalid-argument error")
 	}
