@@ -152,6 +152,9 @@ func checkOriginal(raw bson.Raw) error {
 	id, _ := raw.LookupErr("_id")
 	if v, err := raw.LookupErr("original"); err == nil {
 		if v.Type == bson.TypeEmbeddedDocument {
+			if err := validateDeep(v.Document()); err != nil {
+				return &DecodeError{ID: id, Field: "original", Type: v.Type, Want: envelopeFields()["original"].want, Err: err}
+			}
 			return nil
 		}
 		return &DecodeError{ID: id, Field: "original", Type: v.Type, Want: envelopeFields()["original"].want, Err: ErrWrongType}
@@ -248,4 +251,31 @@ func wantOf(t reflect.Type) string {
 		return "an array of " + strings.TrimPrefix(wantOf(t.Elem()), "a ") + "s"
 	}
 	return "a " + t.String()
+}
+
+// validateDeep validates doc and every document and array nested in it:
+// bson.Raw.Validate reads the elements of one level, so an embedded
+// document's own elements could still be cut short.
+func validateDeep(doc bson.Raw) error {
+	if err := doc.Validate(); err != nil {
+		return err
+	}
+	elems, err := doc.Elements()
+	if err != nil {
+		return err
+	}
+	for _, el := range elems {
+		v := el.Value()
+		switch v.Type {
+		case bson.TypeEmbeddedDocument:
+			if err := validateDeep(v.Document()); err != nil {
+				return err
+			}
+		case bson.TypeArray:
+			if err := validateDeep(bson.Raw(v.Array())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

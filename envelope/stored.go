@@ -154,7 +154,7 @@ func decodeExact(raw bson.Raw, env *Envelope) *DecodeError {
 			return &DecodeError{ID: id, Field: name + rawSuffix, Type: v.Type, Want: "binary data holding a BSON document", Err: ErrWrongType}
 		}
 		doc := bson.Raw(append([]byte(nil), data...))
-		if err := doc.Validate(); err != nil {
+		if err := validateDeep(doc); err != nil {
 			return &DecodeError{ID: id, Field: name + rawSuffix, Type: v.Type, Want: "binary data holding a BSON document", Err: err}
 		}
 		switch name {
