@@ -638,3 +638,22 @@ func cbLeakBaseline() goleak.Option {
 
 // cbRequireQty is the $jsonSchema validator {required: ["qty"]}.
 var cbRequireQty = cbD("$jsonSchema", cbD("required", bson.A{"qty"}))
+
+// coverFaults returns one rule per fault, each firing once, on the 3rd,
+// 6th, 9th … command that a fresh rule() matches. Placed before a
+// RandomSchedule on the same commands, it makes every kind the oracle
+// asserts on fire in every run whatever the number of commands (which
+// varies with the interleaving of many writers), while the random
+// schedule's draws for the other occurrences stay as they were (every
+// rule counts every command it matches; the first that fires wins).
+func coverFaults(rule func() *faultproxy.Rule, faults ...faultproxy.Fault) []faultproxy.ScriptItem {
+	items := make([]faultproxy.ScriptItem, len(faults))
+	for i, f := range faults {
+		items[i] = rule().Nth(3 * (i + 1)).Do(f)
+	}
+	return items
+}
+
+// notPoison is the complement of carriesPoison, for rules that must not
+// spend their occurrence on a command the poison rule answers.
+func notPoison(cmd *faultproxy.Command) bool { return !carriesPoison(cmd) }
