@@ -19,8 +19,23 @@ type Send func(ctx context.Context, batch Batch) (any, error)
 // Batch is the documents of one attempt.
 type Batch []*item
 
-// Doc returns the i-th document as prepared for the driver (inserts).
-func (b Batch) Doc(i int) any { return b[i].boxed }
+// Doc returns the i-th document as prepared for the driver (inserts): a
+// bson.Marshaler over its prepared bytes (see sendDoc).
+func (b Batch) Doc(i int) any { return sendDoc{&b[i].doc} }
+
+// sendDoc is how an insert's prepared document is handed to the driver: a
+// bson.Marshaler whose MarshalBSON returns the item's bytes. It is one
+// pointer wide, so it sits in an interface without a heap box (a bson.Raw
+// is a slice header: boxing it allocates 24 bytes per document), and the
+// driver's Encoder.Encode takes its Marshaler branch, which copies the
+// bytes once, without the second box rawEncodeValue makes through
+// reflect.Value.Interface (driver v2.10 bson/encoder.go,
+// bson/primitive_codecs.go).
+type sendDoc struct{ doc *bson.Raw }
+
+// MarshalBSON returns the prepared bytes (not a copy; the driver copies
+// them into its command).
+func (d sendDoc) MarshalBSON() ([]byte, error) { return *d.doc, nil }
 
 // Model returns the i-th write model to send (BulkWrite).
 func (b Batch) Model(i int) mongo.WriteModel { return b[i].send }

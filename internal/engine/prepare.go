@@ -29,9 +29,9 @@ func (c *Call) PrepareDocs(docs []any) { c.prepareDocs(c.items, docs) }
 // prepareDocs prepares the documents of an insert: each one is encoded
 // once, straight into the call's arena with a new ObjectID _id first when
 // it has none (one encoding and one copy, the encoder's buffer into the
-// arena; no per-document allocation but the driver's []any box). The
-// caller's own bytes (bson.Raw, []byte) are checked and sent as they are
-// (in the caller's own box) when they carry an _id. docs[i] is the input
+// arena; no per-document allocation: Batch.Doc hands it to the driver as
+// a sendDoc). The caller's own bytes (bson.Raw, []byte) are checked and
+// sent as they are when they carry an _id. docs[i] is the input
 // document of its[i].
 func (c *Call) prepareDocs(its []*item, docs []any) {
 	var enc *docEncoder
@@ -47,9 +47,9 @@ func (c *Call) prepareDocs(its []*item, docs []any) {
 		case nil:
 			err = mongo.ErrNilDocument
 		case bson.Raw:
-			err = c.prepareRaw(it, d, docs[i])
+			err = c.prepareRaw(it, d)
 		case []byte:
-			err = c.prepareRaw(it, d, docs[i])
+			err = c.prepareRaw(it, d)
 		default:
 			if enc == nil {
 				enc = newDocEncoder()
@@ -63,23 +63,20 @@ func (c *Call) prepareDocs(its []*item, docs []any) {
 			c.prefail(it, err)
 			continue
 		}
-		if it.boxed == nil {
-			it.boxed = it.doc
-		}
 		c.checkSize(it)
 	}
 }
 
 // prepareRaw prepares a document the caller handed as bytes: a valid BSON
 // document (rather than the server's rejection of the whole command),
-// sent in the caller's box when it has an _id, else copied once with a
-// new ObjectID _id first.
-func (c *Call) prepareRaw(it *item, raw bson.Raw, boxed any) error {
+// sent as it is when it has an _id, else copied once with a new ObjectID
+// _id first.
+func (c *Call) prepareRaw(it *item, raw bson.Raw) error {
 	if err := raw.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidBSON, err)
 	}
 	if id, err := raw.LookupErr("_id"); err == nil {
-		it.doc, it.id, it.boxed = raw, id, boxed
+		it.doc, it.id = raw, id
 		return nil
 	}
 	it.doc = bson.Raw(appendWithID(make([]byte, 0, len(raw)+idElementSize), raw, bson.NewObjectID()))
@@ -255,7 +252,7 @@ func (c *Call) PrepareModels(models []mongo.WriteModel) error {
 	c.prepareDocs(inserts, docs)
 	for _, it := range inserts {
 		if it.state != prefailed || it.doc != nil {
-			it.send = &mongo.InsertOneModel{Document: it.boxed}
+			it.send = &mongo.InsertOneModel{Document: sendDoc{&it.doc}}
 		}
 	}
 	return nil

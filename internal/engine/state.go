@@ -81,7 +81,6 @@ type item struct {
 	state      state
 	ev         evidence
 	doc        bson.Raw      // insert: the prepared document; replace: the replacement
-	boxed      any           // insert: doc as the driver takes it, boxed once per call
 	id         bson.RawValue // insert: the _id
 	idAssigned bool          // writeguard gave the document its _id
 	model      mongo.WriteModel
