@@ -61,13 +61,10 @@ const (
 // model of another type, and a value that does not marshal are errors.
 // ParseModel reads the document back.
 func ModelDocument(m mongo.WriteModel) (kind string, doc bson.Raw, err error) {
-	var d bson.D
-	add := func(key string, v any) { d = append(d, bson.E{Key: key, Value: asRaw(v)}) }
-	addIf := func(key string, v any, set bool) {
-		if set {
-			add(key, v)
-		}
-	}
+	var (
+		f        modelFields
+		nilModel bool
+	)
 	switch mm := m.(type) {
 	case *mongo.InsertOneModel:
 		if mm == nil || mm.Document == nil {
@@ -79,75 +76,81 @@ func ModelDocument(m mongo.WriteModel) (kind string, doc bson.Raw, err error) {
 		}
 		return KindInsertOne, raw, nil
 	case *mongo.UpdateOneModel:
-		if mm == nil {
-			return "", nil, errors.New("envelope: nil updateOne model")
+		kind, nilModel = KindUpdateOne, mm == nil
+		if !nilModel {
+			f = modelFields{filter: mm.Filter, update: &mm.Update, arrayFilters: mm.ArrayFilters, collation: mm.Collation, hint: mm.Hint, upsert: mm.Upsert, sort: mm.Sort}
 		}
-		kind = KindUpdateOne
-		add(modelOp, kind)
-		add(modelFilter, mm.Filter)
-		add(modelUpdate, mm.Update)
-		addIf(modelArrayFilters, mm.ArrayFilters, mm.ArrayFilters != nil)
-		addIf(modelCollation, collationDoc(mm.Collation), mm.Collation != nil)
-		addIf(modelHint, mm.Hint, mm.Hint != nil)
-		addIf(modelUpsert, boolOrNil(mm.Upsert), mm.Upsert != nil)
-		addIf(modelSort, mm.Sort, mm.Sort != nil)
 	case *mongo.UpdateManyModel:
-		if mm == nil {
-			return "", nil, errors.New("envelope: nil updateMany model")
+		kind, nilModel = KindUpdateMany, mm == nil
+		if !nilModel {
+			f = modelFields{filter: mm.Filter, update: &mm.Update, arrayFilters: mm.ArrayFilters, collation: mm.Collation, hint: mm.Hint, upsert: mm.Upsert}
 		}
-		kind = KindUpdateMany
-		add(modelOp, kind)
-		add(modelFilter, mm.Filter)
-		add(modelUpdate, mm.Update)
-		addIf(modelArrayFilters, mm.ArrayFilters, mm.ArrayFilters != nil)
-		addIf(modelCollation, collationDoc(mm.Collation), mm.Collation != nil)
-		addIf(modelHint, mm.Hint, mm.Hint != nil)
-		addIf(modelUpsert, boolOrNil(mm.Upsert), mm.Upsert != nil)
 	case *mongo.ReplaceOneModel:
-		if mm == nil {
-			return "", nil, errors.New("envelope: nil replaceOne model")
+		kind, nilModel = KindReplaceOne, mm == nil
+		if !nilModel {
+			f = modelFields{filter: mm.Filter, replacement: &mm.Replacement, collation: mm.Collation, hint: mm.Hint, upsert: mm.Upsert, sort: mm.Sort}
 		}
-		kind = KindReplaceOne
-		add(modelOp, kind)
-		add(modelFilter, mm.Filter)
-		add(modelReplacement, mm.Replacement)
-		addIf(modelCollation, collationDoc(mm.Collation), mm.Collation != nil)
-		addIf(modelHint, mm.Hint, mm.Hint != nil)
-		addIf(modelUpsert, boolOrNil(mm.Upsert), mm.Upsert != nil)
-		addIf(modelSort, mm.Sort, mm.Sort != nil)
 	case *mongo.DeleteOneModel:
-		if mm == nil {
-			return "", nil, errors.New("envelope: nil deleteOne model")
+		kind, nilModel = KindDeleteOne, mm == nil
+		if !nilModel {
+			f = modelFields{filter: mm.Filter, collation: mm.Collation, hint: mm.Hint}
 		}
-		kind = KindDeleteOne
-		add(modelOp, kind)
-		add(modelFilter, mm.Filter)
-		addIf(modelCollation, collationDoc(mm.Collation), mm.Collation != nil)
-		addIf(modelHint, mm.Hint, mm.Hint != nil)
 	case *mongo.DeleteManyModel:
-		if mm == nil {
-			return "", nil, errors.New("envelope: nil deleteMany model")
+		kind, nilModel = KindDeleteMany, mm == nil
+		if !nilModel {
+			f = modelFields{filter: mm.Filter, collation: mm.Collation, hint: mm.Hint}
 		}
-		kind = KindDeleteMany
-		add(modelOp, kind)
-		add(modelFilter, mm.Filter)
-		addIf(modelCollation, collationDoc(mm.Collation), mm.Collation != nil)
-		addIf(modelHint, mm.Hint, mm.Hint != nil)
 	default:
 		return "", nil, fmt.Errorf("envelope: write model %T is not one of the driver's models", m)
 	}
-	raw, err := bson.Marshal(d)
+	if nilModel {
+		return "", nil, fmt.Errorf("envelope: nil %s model", kind)
+	}
+	raw, err := bson.Marshal(f.document(kind))
 	if err != nil {
 		return "", nil, fmt.Errorf("envelope: %s model: %w", kind, err)
 	}
 	return kind, raw, nil
 }
 
-func boolOrNil(b *bool) any {
-	if b == nil {
-		return nil
+// modelFields are the fields of an update, replace or delete model that
+// ModelDocument keeps; a model without a field leaves it nil. update and
+// replacement point at the model's field: a model that has one keeps it
+// even when it is nil (the driver sends it and the server refuses it).
+type modelFields struct {
+	filter, hint, sort  any
+	update, replacement *any
+	arrayFilters        []any
+	collation           *options.Collation
+	upsert              *bool
+}
+
+// document is the model's original, in the order ModelDocument states.
+func (f modelFields) document(kind string) bson.D {
+	d := bson.D{{Key: modelOp, Value: kind}, {Key: modelFilter, Value: asRaw(f.filter)}}
+	add := func(key string, v any) { d = append(d, bson.E{Key: key, Value: asRaw(v)}) }
+	if f.update != nil {
+		add(modelUpdate, *f.update)
 	}
-	return *b
+	if f.replacement != nil {
+		add(modelReplacement, *f.replacement)
+	}
+	if f.arrayFilters != nil {
+		add(modelArrayFilters, f.arrayFilters)
+	}
+	if f.collation != nil {
+		add(modelCollation, collationDoc(f.collation))
+	}
+	if f.hint != nil {
+		add(modelHint, f.hint)
+	}
+	if f.upsert != nil {
+		add(modelUpsert, *f.upsert)
+	}
+	if f.sort != nil {
+		add(modelSort, f.sort)
+	}
+	return d
 }
 
 // asRaw turns the byte-slice document forms the driver takes as they are
