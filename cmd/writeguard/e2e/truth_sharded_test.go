@@ -421,31 +421,14 @@ func shTruthCheck(b *caseBed, coll, dlqColl string, calls []*shCall) *shVerdict 
 					bad(fmt.Sprintf("non-idempotent update applied %d times", applied))
 				}
 			}
-			switch d := o.Disposition; {
-			case d.Stored():
-				if applied == 0 {
-					v.lost++
-					bad("reported applied, not applied")
-				} else if in.kind == shInsert && storedP[in.ins.n] != chaosP(in.ins.doc) {
-					bad("stored content differs from the content sent")
-				}
-			case d == writeguard.DeadLettered:
-				if q != 1 || s != 0 {
-					v.lost++
-					bad("reported dead-lettered, not in the DLQ once (or also stored)")
-				}
-			case d == writeguard.NotAttempted:
-				if o.Attempts != 0 || o.MaybeWritten || applied != 0 {
-					bad("not_attempted but sent or applied")
-				}
-			case d == writeguard.OutcomeUnknown:
-				if !o.MaybeWritten {
-					bad("unknown without MaybeWritten")
-				}
-			default:
-				if applied != 0 && !o.MaybeWritten {
-					bad("reported not applied, but applied")
-				}
+			claims, lost := judgeOutcome(o, applied, s, q, func() bool {
+				return in.kind != shInsert || storedP[in.ins.n] == chaosP(in.ins.doc)
+			})
+			for _, why := range claims {
+				bad(why)
+			}
+			if lost {
+				v.lost++
 			}
 			if in.kind != shInsert {
 				continue

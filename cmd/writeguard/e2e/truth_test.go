@@ -302,31 +302,12 @@ func truthCheck(b *caseBed, coll, dlqColl string, calls []*truthCall, poison map
 				v.duplicated++
 				bad("stored or dead-lettered more than once")
 			}
-			switch d := o.Disposition; {
-			case d == writeguard.Written || d == writeguard.AlreadyWritten || d == writeguard.WrittenUnconfirmed:
-				if s != 1 {
-					v.lost++
-					bad("reported stored, absent")
-				} else if storedP[in.n] != chaosP(in.doc) {
-					bad("stored content differs from the content sent")
-				}
-			case d == writeguard.DeadLettered:
-				if q != 1 || s != 0 {
-					v.lost++
-					bad("reported dead-lettered, not in the DLQ once (or also stored)")
-				}
-			case d == writeguard.NotAttempted:
-				if o.Attempts != 0 || o.MaybeWritten || s != 0 {
-					bad("not_attempted but sent or stored")
-				}
-			case d == writeguard.OutcomeUnknown:
-				if !o.MaybeWritten {
-					bad("unknown without MaybeWritten")
-				}
-			default:
-				if s != 0 && !o.MaybeWritten {
-					bad("reported not stored, but stored")
-				}
+			claims, lost := judgeOutcome(o, s, s, q, func() bool { return storedP[in.n] == chaosP(in.doc) })
+			for _, why := range claims {
+				bad(why)
+			}
+			if lost {
+				v.lost++
 			}
 			switch o.Disposition {
 			case writeguard.Failed, writeguard.Exhausted, writeguard.OutcomeUnknown, "NO_REPORT":
@@ -371,4 +352,42 @@ func concurrently[T any](workers int, items []T, f func(T)) {
 	}
 	close(work)
 	wg.Wait()
+}
+
+// judgeOutcome is the truth oracles' one rule set: what an Outcome claims
+// against what the collection and the DLQ hold. applied is how many times
+// the input's write took effect (stored copies of an insert; 0 or 1 for an
+// update or a delete), stored how many copies of an inserted document the
+// collection holds (0 for other writes), queued its dead-letter entries,
+// sameContent whether what is stored is what was sent (called only for a
+// stored disposition with the write applied). It returns every untrue claim
+// and whether one of them is a loss (reported stored or dead-lettered, and
+// not there). A copy too many is the caller's duplicated check.
+func judgeOutcome(o writeguard.Outcome, applied, stored, queued int, sameContent func() bool) (claims []string, lost bool) {
+	switch d := o.Disposition; {
+	case d.Stored():
+		if applied == 0 {
+			return []string{"reported applied, not applied"}, true
+		}
+		if !sameContent() {
+			return []string{"stored content differs from the content sent"}, false
+		}
+	case d == writeguard.DeadLettered:
+		if queued != 1 || stored != 0 {
+			return []string{"reported dead-lettered, not in the DLQ once (or also stored)"}, true
+		}
+	case d == writeguard.NotAttempted:
+		if o.Attempts != 0 || o.MaybeWritten || applied != 0 {
+			return []string{"not_attempted but sent or applied"}, false
+		}
+	case d == writeguard.OutcomeUnknown:
+		if !o.MaybeWritten {
+			return []string{"unknown without MaybeWritten"}, false
+		}
+	default:
+		if applied != 0 && !o.MaybeWritten {
+			return []string{"reported not applied, but applied"}, false
+		}
+	}
+	return nil, false
 }
