@@ -40,7 +40,11 @@ type Collection interface {
 // Target is what a Guarded writes through: a *mongo.Collection, or a test
 // double such as mocks.Fake. Find reads documents back to resolve
 // ambiguous inserts, from the primary (see PrimaryReader); ReplaceOne
-// serves ConflictReplace.
+// serves ConflictReplace. The documents writeguard hands to InsertOne,
+// InsertMany and BulkWrite's InsertOneModel are the prepared documents
+// (with their _id) as values of an unexported type implementing
+// bson.Marshaler, whose MarshalBSON returns the bytes without copying
+// them: read them with bson.Marshal or MarshalBSON, not by type.
 type Target interface {
 	Collection
 	Find(ctx context.Context, filter any, opts ...options.Lister[options.FindOptions]) (*mongo.Cursor, error)
