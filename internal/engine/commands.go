@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -168,22 +169,87 @@ func (it *item) statementSize() int {
 		it.size = len(it.doc)
 		return it.size
 	}
-	var parts bson.D
+	s := sizers.Get().(*sizer)
+	defer s.release()
+	add := func(key string, v any, set bool) {
+		if set {
+			s.parts = append(s.parts, bson.E{Key: key, Value: v})
+		}
+	}
 	switch m := it.model.(type) {
 	case *mongo.UpdateOneModel:
-		parts = bson.D{{Key: "q", Value: m.Filter}, {Key: "u", Value: m.Update}, {Key: "c", Value: m.Collation}, {Key: "f", Value: m.ArrayFilters}, {Key: "h", Value: m.Hint}}
+		add("q", m.Filter, true)
+		add("u", m.Update, true)
+		add("c", m.Collation, m.Collation != nil)
+		add("f", m.ArrayFilters, m.ArrayFilters != nil)
+		add("h", m.Hint, m.Hint != nil)
 	case *mongo.UpdateManyModel:
-		parts = bson.D{{Key: "q", Value: m.Filter}, {Key: "u", Value: m.Update}, {Key: "c", Value: m.Collation}, {Key: "f", Value: m.ArrayFilters}, {Key: "h", Value: m.Hint}}
+		add("q", m.Filter, true)
+		add("u", m.Update, true)
+		add("c", m.Collation, m.Collation != nil)
+		add("f", m.ArrayFilters, m.ArrayFilters != nil)
+		add("h", m.Hint, m.Hint != nil)
 	case *mongo.ReplaceOneModel:
-		parts = bson.D{{Key: "q", Value: m.Filter}, {Key: "u", Value: m.Replacement}, {Key: "c", Value: m.Collation}, {Key: "h", Value: m.Hint}}
+		add("q", m.Filter, true)
+		add("u", m.Replacement, true)
+		add("c", m.Collation, m.Collation != nil)
+		add("h", m.Hint, m.Hint != nil)
 	case *mongo.DeleteOneModel:
-		parts = bson.D{{Key: "q", Value: m.Filter}, {Key: "c", Value: m.Collation}, {Key: "h", Value: m.Hint}}
+		add("q", m.Filter, true)
+		add("c", m.Collation, m.Collation != nil)
+		add("h", m.Hint, m.Hint != nil)
 	case *mongo.DeleteManyModel:
-		parts = bson.D{{Key: "q", Value: m.Filter}, {Key: "c", Value: m.Collation}, {Key: "h", Value: m.Hint}}
+		add("q", m.Filter, true)
+		add("c", m.Collation, m.Collation != nil)
+		add("h", m.Hint, m.Hint != nil)
 	}
-	raw, _ := bson.Marshal(parts)
-	it.size = len(raw) + statementOverhead
+	it.size = s.size() + statementOverhead
 	return it.size
+}
+
+// sizer measures a statement without keeping its bytes: a pooled
+// bson.Encoder whose value writer hands each finished document to a byte
+// counter (bson.Marshal would build and return a copy per statement). The
+// parts that are nil are left out, as the driver leaves them out of the
+// statement it sends (mongo/bulk_write.go updateDoc.marshal,
+// createDeleteDoc).
+type sizer struct {
+	enc   *bson.Encoder
+	n     int
+	parts bson.D
+}
+
+var sizers = sync.Pool{New: func() any {
+	s := &sizer{}
+	s.enc = bson.NewEncoder(bson.NewDocumentWriter(s))
+	return s
+}}
+
+// Write counts the bytes of an encoded document.
+func (s *sizer) Write(p []byte) (int, error) { s.n += len(p); return len(p), nil }
+
+// size returns the encoded size of s.parts as a document, 0 when a part
+// does not marshal (the driver reports it when it builds the command).
+func (s *sizer) size() int {
+	s.n = 0
+	if err := s.enc.Encode(s.parts); err != nil {
+		// The value writer may be in the middle of a document: start a
+		// fresh one.
+		s.enc = bson.NewEncoder(bson.NewDocumentWriter(s))
+		return 0
+	}
+	return s.n
+}
+
+// release clears the parts (the pool must not keep the caller's values)
+// and returns s to the pool unless it measured a statement larger than
+// maxPooledDoc (its value writer's buffer has grown to that size).
+func (s *sizer) release() {
+	clear(s.parts)
+	s.parts = s.parts[:0]
+	if s.n <= maxPooledDoc {
+		sizers.Put(s)
+	}
 }
 
 // cmdOf returns the command kind of a write model.

@@ -73,3 +73,46 @@ func indexes(cmds [][]*item) string {
 	}
 	return fmt.Sprint(out)
 }
+
+// TestStatementSize: a non-insert statement is measured as the document of
+// its set parts (q, u, c, f, h; nil parts left out, as the driver leaves
+// them out) plus statementOverhead; a part that does not marshal counts 0.
+func TestStatementSize(t *testing.T) {
+	filter := bson.D{{Key: "_id", Value: "a"}}
+	update := bson.D{{Key: "$set", Value: bson.D{{Key: "items.$[x].qty", Value: 2}}}}
+	af := []any{bson.D{{Key: "x.sku", Value: "k"}}}
+	cases := []struct {
+		name  string
+		model mongo.WriteModel
+		parts bson.D
+	}{
+		{"update, every part", mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update).SetArrayFilters(af).SetHint("sku_1"),
+			bson.D{{Key: "q", Value: filter}, {Key: "u", Value: update}, {Key: "f", Value: af}, {Key: "h", Value: "sku_1"}}},
+		{"updateMany, no options", mongo.NewUpdateManyModel().SetFilter(filter).SetUpdate(update),
+			bson.D{{Key: "q", Value: filter}, {Key: "u", Value: update}}},
+		{"replace", mongo.NewReplaceOneModel().SetFilter(filter).SetReplacement(bson.D{{Key: "v", Value: 1}}),
+			bson.D{{Key: "q", Value: filter}, {Key: "u", Value: bson.D{{Key: "v", Value: 1}}}}},
+		{"delete", mongo.NewDeleteOneModel().SetFilter(filter).SetHint(bson.D{{Key: "sku", Value: 1}}),
+			bson.D{{Key: "q", Value: filter}, {Key: "h", Value: bson.D{{Key: "sku", Value: 1}}}}},
+		{"deleteMany", mongo.NewDeleteManyModel().SetFilter(filter),
+			bson.D{{Key: "q", Value: filter}}},
+	}
+	for _, tc := range cases {
+		want, err := bson.Marshal(tc.parts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		it := &item{kind: KindUpdate, model: tc.model}
+		if got := it.statementSize(); got != len(want)+statementOverhead {
+			t.Errorf("%s: %d bytes, want %d + %d", tc.name, got, len(want), statementOverhead)
+		}
+	}
+	bad := &item{kind: KindDelete, model: mongo.NewDeleteOneModel().SetFilter(make(chan int))}
+	if got := bad.statementSize(); got != statementOverhead {
+		t.Errorf("a filter that does not marshal: %d bytes, want %d", got, statementOverhead)
+	}
+	// The sizer is reusable after that failure.
+	if got := (&item{kind: KindDelete, model: cases[4].model}).statementSize(); got <= statementOverhead {
+		t.Errorf("after a failed measure: %d bytes", got)
+	}
+}
