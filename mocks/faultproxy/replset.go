@@ -45,6 +45,22 @@ func isHello(name string) bool {
 // setVersion, hosts, primary, me, secondary, electionId.
 func (p *Proxy) replicaSetFields(legacy bool) bson.D {
 	addr := p.Addr()
+	return append(p.writablePrimaryFields(legacy),
+		bson.E{Key: "setName", Value: p.cfg.replicaSet},
+		bson.E{Key: "setVersion", Value: int32(1)},
+		bson.E{Key: "hosts", Value: bson.A{addr}},
+		bson.E{Key: "primary", Value: addr},
+		bson.E{Key: "me", Value: addr},
+		bson.E{Key: "secondary", Value: false},
+		bson.E{Key: "electionId", Value: nullElectionID},
+	)
+}
+
+// writablePrimaryFields are the first hello fields of a writable primary
+// and of a mongos alike: the writable-primary flag (ismaster in a reply
+// to the legacy hello) and topologyVersion, with the proxy's process id
+// and current counter.
+func (p *Proxy) writablePrimaryFields(legacy bool) bson.D {
 	p.topoMu.Lock()
 	counter := p.topoCounter
 	p.topoMu.Unlock()
@@ -58,13 +74,6 @@ func (p *Proxy) replicaSetFields(legacy bool) bson.D {
 			{Key: "processId", Value: p.procID},
 			{Key: "counter", Value: counter},
 		}},
-		{Key: "setName", Value: p.cfg.replicaSet},
-		{Key: "setVersion", Value: int32(1)},
-		{Key: "hosts", Value: bson.A{addr}},
-		{Key: "primary", Value: addr},
-		{Key: "me", Value: addr},
-		{Key: "secondary", Value: false},
-		{Key: "electionId", Value: nullElectionID},
 	}
 }
 

@@ -504,21 +504,7 @@ func (s *session) shardedWrite(x *exchange) bool {
 // the writable-primary flag, topologyVersion, msg "isdbgrid"
 // (src/mongo/s/commands/cluster_hello_cmd.cpp).
 func (p *Proxy) mongosFields(legacy bool) bson.D {
-	p.topoMu.Lock()
-	counter := p.topoCounter
-	p.topoMu.Unlock()
-	primary := bson.E{Key: "isWritablePrimary", Value: true}
-	if legacy {
-		primary.Key = "ismaster"
-	}
-	return bson.D{
-		primary,
-		{Key: "topologyVersion", Value: bson.D{
-			{Key: "processId", Value: p.procID},
-			{Key: "counter", Value: counter},
-		}},
-		{Key: "msg", Value: "isdbgrid"},
-	}
+	return append(p.writablePrimaryFields(legacy), bson.E{Key: "msg", Value: "isdbgrid"})
 }
 
 // limitValue returns the announced value of a hello limit field, and
