@@ -265,25 +265,9 @@ func TestC66PoisonConnectionDrop(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fake := mocks.NewFake("db.c66n").Poison("q37", mocks.DropConnection())
 				fx := newFixture(t, fake)
-				stop := make(chan struct{})
-				var wg sync.WaitGroup
-				wg.Add(1)
-				go func() { // another writer: the server is healthy
-					defer wg.Done()
-					for i := 0; ; i++ {
-						select {
-						case <-stop:
-							return
-						case <-time.After(5 * time.Millisecond):
-						}
-						if _, err := fx.g.InsertOne(ctx, bson.D{{Key: "other", Value: i}}); err != nil {
-							t.Errorf("other writer: %v", err)
-						}
-					}
-				}()
+				stopOther := anotherWriter(t, fx, true)
 				_, err := fx.g.InsertMany(ctx, hundred("q"), options.InsertMany().SetOrdered(ordered))
-				close(stop)
-				wg.Wait()
+				stopOther()
 				var r *writeguard.Report
 				if !errors.As(err, &r) {
 					t.Fatalf("err = %v, want a Report", err)
@@ -341,20 +325,7 @@ func TestC66BisectionKeepsResendRules(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := seeded(t, "db.c66r").Poison("p3", mocks.DropConnection())
 		fx := newFixture(t, fake)
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { // another writer: the server is healthy
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				case <-time.After(5 * time.Millisecond):
-				}
-				_, _ = fx.g.InsertOne(ctx, bson.D{{Key: "other", Value: i}})
-			}
-		}()
+		stopOther := anotherWriter(t, fx, false)
 		inc := bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}
 		var models []mongo.WriteModel
 		for i := range 8 {
@@ -363,8 +334,7 @@ func TestC66BisectionKeepsResendRules(t *testing.T) {
 		models = append(models, mongo.NewUpdateOneModel().SetFilter(by1).SetUpdate(inc),
 			mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: 2}}).SetUpdate(inc))
 		_, err := fx.g.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
-		close(stop)
-		wg.Wait()
+		stopOther()
 		var r *writeguard.Report
 		if !errors.As(err, &r) {
 			t.Fatalf("err = %v", err)
@@ -398,4 +368,29 @@ func TestC66BisectionKeepsResendRules(t *testing.T) {
 			t.Errorf("the updates were sent %d times in all, want 2 (once each)", updates)
 		}
 	})
+}
+
+// anotherWriter starts a writer of the same Guarded that inserts one
+// document every 5 ms (the server stays healthy for it, so the engine can
+// tell a poison document from an outage) and returns the function that
+// stops it and waits for it. With mustSucceed, a failed insert is a test
+// error.
+func anotherWriter(t *testing.T, fx *fixture, mustSucceed bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if _, err := fx.g.InsertOne(ctx, bson.D{{Key: "other", Value: i}}); err != nil && mustSucceed {
+				t.Errorf("other writer: %v", err)
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
