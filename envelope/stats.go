@@ -86,6 +86,28 @@ type Summary struct {
 	// them.
 	Undecodable       int64
 	UndecodableErrors []*DecodeError
+	// DiscardedUndecodable is the number of selected envelopes that cannot
+	// be decoded and whose status reads "discarded" (an operator set them
+	// aside, e.g. with writeguard dlq discard --undecodable): counted here
+	// and not in Undecodable, so that a discarded envelope stops asking
+	// for attention.
+	DiscardedUndecodable int64
+}
+
+// addUndecodable counts an envelope that cannot be decoded: in
+// DiscardedUndecodable when its status reads "discarded", else in
+// Undecodable, keeping a copy of the first MaxDecodeErrors errors (de.ID
+// refers to the cursor's buffer).
+func (st *Summary) addUndecodable(doc bson.Raw, de *DecodeError) {
+	if status, ok := doc.Lookup("status").StringValueOK(); ok && status == StatusDiscarded {
+		st.DiscardedUndecodable++
+		return
+	}
+	st.Undecodable++
+	if len(st.UndecodableErrors) < MaxDecodeErrors {
+		de.ID = bson.RawValue{Type: de.ID.Type, Value: append([]byte(nil), de.ID.Value...)}
+		st.UndecodableErrors = append(st.UndecodableErrors, de)
+	}
 }
 
 // MaxDecodeErrors is how many DecodeErrors Stats keeps in
@@ -104,7 +126,8 @@ const MaxDecodeErrors = 100
 // many millions of envelopes, narrow f.
 //
 // An envelope whose summarised fields cannot be decoded (see DecodeError)
-// is counted in Summary.Undecodable and does not stop the count.
+// is counted in Summary.Undecodable (Summary.DiscardedUndecodable when its
+// status reads "discarded") and does not stop the count.
 //
 // It returns f's error (wrapping ErrBadFilter) or the driver's.
 func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error) {
@@ -144,11 +167,7 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 			if !errors.As(err, &de) {
 				return Summary{}, fmt.Errorf("envelope: stats: %w", err)
 			}
-			st.Undecodable++
-			if len(st.UndecodableErrors) < MaxDecodeErrors {
-				de.ID = bson.RawValue{Type: de.ID.Type, Value: append([]byte(nil), de.ID.Value...)}
-				st.UndecodableErrors = append(st.UndecodableErrors, de)
-			}
+			st.addUndecodable(cur.Current, de)
 			continue
 		}
 		r := struct {
@@ -235,7 +254,7 @@ func hasOriginal() bson.A {
 // not a document.
 func badOriginals(ctx context.Context, dlq *mongo.Collection, q bson.D, st *Summary) error {
 	bad := bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "$nor", Value: hasOriginal()}}}}}
-	cur, err := dlq.Find(ctx, bad, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "original", Value: 1}, {Key: "original" + rawFormSuffix, Value: 1}}))
+	cur, err := dlq.Find(ctx, bad, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "status", Value: 1}, {Key: "original", Value: 1}, {Key: "original" + rawFormSuffix, Value: 1}}))
 	if err != nil {
 		return fmt.Errorf("envelope: stats: %w", err)
 	}
@@ -249,11 +268,7 @@ func badOriginals(ctx context.Context, dlq *mongo.Collection, q bson.D, st *Summ
 			v, _ := cur.Current.LookupErr("original" + rawFormSuffix)
 			de = &DecodeError{ID: id, Field: "original" + rawFormSuffix, Type: v.Type, Want: "binary (the original's BSON bytes)", Err: ErrWrongType}
 		}
-		st.Undecodable++
-		if len(st.UndecodableErrors) < MaxDecodeErrors {
-			de.ID = bson.RawValue{Type: de.ID.Type, Value: append([]byte(nil), de.ID.Value...)}
-			st.UndecodableErrors = append(st.UndecodableErrors, de)
-		}
+		st.addUndecodable(cur.Current, de)
 	}
 	if err := cur.Err(); err != nil {
 		return fmt.Errorf("envelope: stats: %w", err)

@@ -479,6 +479,9 @@ func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter
 			out["undecodable"] = s.Undecodable
 			out["undecodable_envelopes"] = decodeProblems(s.UndecodableErrors)
 		}
+		if s.DiscardedUndecodable > 0 {
+			out["undecodable_discarded"] = s.DiscardedUndecodable
+		}
 		if err := writeJSON(stdout, out); err != nil {
 			return failure(stderr, "dlq stats", err)
 		}
@@ -497,6 +500,9 @@ func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter
 		for _, de := range s.UndecodableErrors[:min(len(s.UndecodableErrors), 5)] {
 			fmt.Fprintf(stdout, "  %s\n", de.Error())
 		}
+	}
+	if s.DiscardedUndecodable > 0 {
+		fmt.Fprintf(stdout, "%s that cannot be decoded %s discarded (not counted above)\n", plural(s.DiscardedUndecodable, "envelope"), wasWere(s.DiscardedUndecodable))
 	}
 	width := 12
 	for _, gs := range [][]envelope.Group{s.ByKeyword, s.ByPath, s.ByNamespace} {
@@ -1118,4 +1124,12 @@ func dlqDiscardIDs(ctx context.Context, dlq *mongo.Collection, filter envelope.F
 		fmt.Fprintf(stdout, "discarded %s; %s pending left in %s.%s\n", plural(count, "envelope"), n(left.Pending), f.db, f.coll)
 	}
 	return exitOK
+}
+
+// wasWere is "was" for 1 and "were" otherwise.
+func wasWere(n int64) string {
+	if n == 1 {
+		return "was"
+	}
+	return "were"
 }

@@ -138,6 +138,15 @@ func TestDLQUndecodableEnvelopes(t *testing.T) {
 	if num(d["discarded"]) != 2 || num(d["pending"]) != 3 {
 		t.Errorf("discard --undecodable: %v; want the 2 left, 3 good ones pending", d)
 	}
+	// Discarded, they stop asking for attention: stats counts them apart.
+	st = dlqJSON(t, 0, "stats", "--data-dir", dir)
+	if st["undecodable"] != nil || num(st["undecodable_discarded"]) != 3 {
+		t.Errorf("stats after the discards: %v; want no undecodable, 3 undecodable_discarded", st)
+	}
+	code, out, _ = runCmd(t, ctx, "dlq", "stats", "--data-dir", dir)
+	if code != 0 || strings.Contains(out, "list --undecodable") || !strings.Contains(out, "3 envelopes that cannot be decoded were discarded") {
+		t.Errorf("stats table after the discards: %d\n%s", code, out)
+	}
 	rep := dlqJSON(t, 0, "replay", "--data-dir", dir, "--no-validator")
 	if num(rep["pending"]) != 0 {
 		t.Errorf("replay after the discards: %v", rep)
