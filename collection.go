@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard/hooks"
+	"github.com/writeguard/writeguard/internal/driveropts"
 	"github.com/writeguard/writeguard/internal/engine"
 	"github.com/writeguard/writeguard/policy"
 )
@@ -162,7 +163,8 @@ func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 		ThrottledAttempts: cfg.throttledAttempts, UpsertRetries: cfg.upsertRetries,
 		AllowUnacked: cfg.allowUnacked, Reader: engine.PrimaryReads(t), Report: reportFor(cfg.uniqueID),
 		UniqueID: engine.UniqueID(t, cfg.uniqueID), Limits: engine.LimitsOf(t),
-		Settled: cfg.breaker.settled(g.Namespace(), cfg.logger, cfg.clock), // breaker.go
+		Settled:    cfg.breaker.settled(g.Namespace(), cfg.logger, cfg.clock), // breaker.go
+		NewEncoder: driveropts.Encoder(cfg.registry, cfg.bsonOpts),
 	})
 	return g, nil
 }

@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"reflect"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/internal/engine"
@@ -38,8 +41,10 @@ type config struct {
 	throttledAttempts int
 	upsertRetries     int
 	allowUnacked      bool
-	breaker           *breaker // WithDeadLetterBreaker; nil: off
-	uniqueID          *bool    // declared by WithUniqueID; nil: learned from the target
+	breaker           *breaker             // WithDeadLetterBreaker; nil: off
+	uniqueID          *bool                // declared by WithUniqueID; nil: learned from the target
+	registry          *bson.Registry       // WithRegistry; nil: the default
+	bsonOpts          *options.BSONOptions // WithBSONOptions; nil: none
 	errs              []error
 }
 
@@ -236,6 +241,33 @@ func WithUpsertConflictRetries(n int) Option {
 // ErrUnacknowledged.
 func WithUnacknowledged() Option {
 	return optionFunc(func(cfg *config) { cfg.allowUnacked = true })
+}
+
+// WithRegistry sets the BSON registry writeguard encodes inserted
+// documents with: give the one the collection was configured with
+// (options.Client().SetRegistry, options.Collection().SetRegistry, or the
+// database's). writeguard encodes each inserted document itself, once,
+// before the first attempt (it needs the document's bytes and _id to
+// resolve an ambiguous attempt, compare a duplicate key with its own
+// write and dead-letter it), and the driver sends those bytes as they are;
+// *mongo.Collection does not expose its registry, so without this option
+// a custom registry of the collection is not applied to inserted
+// documents (updates, replaces and deletes are encoded by the driver, with
+// the collection's registry). Default, and nil: bson's default registry,
+// as bson.Marshal and an unconfigured collection use.
+func WithRegistry(reg *bson.Registry) Option {
+	return optionFunc(func(cfg *config) { cfg.registry = reg })
+}
+
+// WithBSONOptions sets the encoding options writeguard encodes inserted
+// documents with (OmitEmpty, UseJSONStructTags, NilSliceAsEmpty, ...; the
+// decoding options have no effect here): give the ones the collection was
+// configured with (options.Client().SetBSONOptions, or the collection's),
+// for the reason WithRegistry gives. The options are applied as the driver
+// applies them to the encoder of a collection (mongo/mongo.go
+// getEncoder). Default, and nil: none.
+func WithBSONOptions(opts *options.BSONOptions) Option {
+	return optionFunc(func(cfg *config) { cfg.bsonOpts = opts })
 }
 
 // WithUniqueID declares whether _id is unique where the documents land:

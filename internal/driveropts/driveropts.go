@@ -1,7 +1,8 @@
 // Package driveropts applies a driver call's option builders the way the
 // driver does, for every package of the module that reads them (the
 // engine, the envelope's call options, the test doubles): one rule for nil
-// builders.
+// builders; and it configures an encoder as the driver configures a
+// collection's (Encoder).
 package driveropts
 
 import (

@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -71,6 +73,10 @@ type Config struct {
 	// dead-lettered (the root's dead-letter flood breaker). A non-nil
 	// error joins the call's Extra, and so its Report.
 	Settled func(ctx context.Context, inputs, deadLettered int) error
+	// NewEncoder makes the encoder of inserted documents on w, configured
+	// as the target collection's (driveropts.Encoder); nil: the default
+	// registry and no options, as bson.Marshal encodes.
+	NewEncoder func(w io.Writer) *bson.Encoder
 }
 
 // Engine runs the guarded calls of one collection. It is safe for
@@ -81,6 +87,7 @@ type Engine struct {
 	hooks    hooks.Hooks
 	logLimit *loglimit.Limiter
 	health   atomic.Int64 // attempts of any call that the server executed (bisect.go)
+	encoders *sync.Pool   // of *docEncoder (prepare.go)
 }
 
 // New returns the engine of cfg.
@@ -91,7 +98,11 @@ func New(cfg Config) *Engine {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Engine{cfg: cfg, observed: cfg.Observed, hooks: cfg.Hooks, logLimit: loglimit.New(time.Minute, cfg.Clock.Now)}
+	e := &Engine{cfg: cfg, observed: cfg.Observed, hooks: cfg.Hooks, logLimit: loglimit.New(time.Minute, cfg.Clock.Now), encoders: defaultEncoders}
+	if cfg.NewEncoder != nil {
+		e.encoders = encoderPool(cfg.NewEncoder)
+	}
+	return e
 }
 
 // Namespace returns "<database>.<collection>".

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -52,7 +53,7 @@ func (c *Call) prepareDocs(its []*item, docs []any) {
 			err = c.prepareRaw(it, d)
 		default:
 			if enc == nil {
-				enc = newDocEncoder()
+				enc = c.e.newDocEncoder()
 			}
 			it.doc, it.id, it.idAssigned, err = enc.encode(docs[i], len(its)-i)
 			if err != nil {
@@ -103,26 +104,38 @@ func (c *Call) prefail(it *item, err error) {
 // bson.Marshal does with its own pools; its result would be a second copy
 // of every document).
 type docEncoder struct {
-	enc *bson.Encoder
-	a   arena
+	enc  *bson.Encoder
+	a    arena
+	make func(io.Writer) *bson.Encoder // the encoder's constructor
+	pool *sync.Pool                    // where it goes back
 }
 
-var encoders = sync.Pool{New: func() any {
-	e := &docEncoder{}
-	e.enc = bson.NewEncoder(bson.NewDocumentWriter(&e.a))
-	return e
-}}
+// defaultEncoders is the pool of the engines whose Config.NewEncoder is
+// nil: the default registry, no options.
+var defaultEncoders = encoderPool(func(w io.Writer) *bson.Encoder { return bson.NewEncoder(bson.NewDocumentWriter(w)) })
 
-func newDocEncoder() *docEncoder { return encoders.Get().(*docEncoder) }
+// encoderPool returns a pool of docEncoders whose encoders mk makes (an
+// encoder's options cannot be unset, so each configuration has its pool).
+func encoderPool(mk func(io.Writer) *bson.Encoder) *sync.Pool {
+	p := &sync.Pool{}
+	p.New = func() any {
+		e := &docEncoder{make: mk, pool: p}
+		e.enc = mk(&e.a)
+		return e
+	}
+	return p
+}
 
-// release returns e to the pool, without the call's arena, unless it
+func (e *Engine) newDocEncoder() *docEncoder { return e.encoders.Get().(*docEncoder) }
+
+// release returns e to its pool, without the call's arena, unless it
 // encoded a document larger than maxPooledDoc: its value writer's buffer
 // has grown to that size, and the pool would keep it.
 func (e *docEncoder) release() {
 	big := e.a.largest > maxPooledDoc
 	e.a = arena{}
 	if !big {
-		encoders.Put(e)
+		e.pool.Put(e)
 	}
 }
 
@@ -131,8 +144,8 @@ func (e *docEncoder) release() {
 const maxPooledDoc = 64 << 10
 
 // encode encodes doc (remaining documents of the call from this one on:
-// remaining) with the default registry, as bson.Marshal does, into the
-// arena, with a new ObjectID _id first when it has none. The result is
+// remaining) with the engine's encoder (Config.NewEncoder; by default the
+// default registry, as bson.Marshal does) into the arena, with a new ObjectID _id first when it has none. The result is
 // the document's bytes in the arena, its _id, and whether the _id is
 // writeguard's.
 func (e *docEncoder) encode(doc any, remaining int) (bson.Raw, bson.RawValue, bool, error) {
@@ -140,7 +153,7 @@ func (e *docEncoder) encode(doc any, remaining int) (bson.Raw, bson.RawValue, bo
 	if err := e.enc.Encode(doc); err != nil {
 		// The value writer may be in the middle of a document: start a
 		// fresh one for the next document.
-		e.enc = bson.NewEncoder(bson.NewDocumentWriter(&e.a))
+		e.enc = e.make(&e.a)
 		return nil, bson.RawValue{}, false, err
 	}
 	if e.a.writes != 1 {
