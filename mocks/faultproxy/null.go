@@ -42,16 +42,7 @@ func (p *Proxy) helloReply(legacy bool, connID int64) bson.D {
 	}
 	d = p.withLimits(d)
 	if p.cfg.replicaSet != "" {
-		addr := p.Addr()
-		d = append(d,
-			bson.E{Key: "setName", Value: p.cfg.replicaSet},
-			bson.E{Key: "setVersion", Value: int32(1)},
-			bson.E{Key: "hosts", Value: bson.A{addr}},
-			bson.E{Key: "primary", Value: addr},
-			bson.E{Key: "me", Value: addr},
-			bson.E{Key: "secondary", Value: false},
-			bson.E{Key: "electionId", Value: nullElectionID},
-		)
+		d = append(d, p.memberFields()...)
 	}
 	return append(d, bson.E{Key: "ok", Value: 1.0})
 }

@@ -44,16 +44,23 @@ func isHello(name string) bool {
 // the writable-primary flag first, then topologyVersion, setName,
 // setVersion, hosts, primary, me, secondary, electionId.
 func (p *Proxy) replicaSetFields(legacy bool) bson.D {
+	return append(p.writablePrimaryFields(legacy), p.memberFields()...)
+}
+
+// memberFields are the hello fields that make the proxy the primary of a
+// one-member replica set, in the server's order: setName, setVersion,
+// hosts, primary, me, secondary, electionId.
+func (p *Proxy) memberFields() []bson.E {
 	addr := p.Addr()
-	return append(p.writablePrimaryFields(legacy),
-		bson.E{Key: "setName", Value: p.cfg.replicaSet},
-		bson.E{Key: "setVersion", Value: int32(1)},
-		bson.E{Key: "hosts", Value: bson.A{addr}},
-		bson.E{Key: "primary", Value: addr},
-		bson.E{Key: "me", Value: addr},
-		bson.E{Key: "secondary", Value: false},
-		bson.E{Key: "electionId", Value: nullElectionID},
-	)
+	return []bson.E{
+		{Key: "setName", Value: p.cfg.replicaSet},
+		{Key: "setVersion", Value: int32(1)},
+		{Key: "hosts", Value: bson.A{addr}},
+		{Key: "primary", Value: addr},
+		{Key: "me", Value: addr},
+		{Key: "secondary", Value: false},
+		{Key: "electionId", Value: nullElectionID},
+	}
 }
 
 // writablePrimaryFields are the first hello fields of a writable primary
