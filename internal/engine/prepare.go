@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -52,6 +53,10 @@ func (c *Call) prepareDocs(its []*item, docs []any) {
 		case []byte:
 			err = c.prepareRaw(it, d)
 		default:
+			if nilValue(docs[i]) {
+				err = fmt.Errorf("%w (a nil %T)", mongo.ErrNilDocument, docs[i])
+				break
+			}
 			if enc == nil {
 				enc = c.e.newDocEncoder()
 			}
@@ -271,9 +276,21 @@ func (c *Call) PrepareModels(models []mongo.WriteModel) error {
 	return nil
 }
 
+// nilValue reports whether v is a typed nil pointer (a document the
+// encoder would write as a BSON null, failing with a message about the
+// value writer's state; a model the driver would dereference). A nil map
+// is left to the encoder: with NilMapAsEmpty it is an empty document.
+func nilValue(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
 // prepareModel records the kind of one model.
 func (c *Call) prepareModel(it *item, m mongo.WriteModel) error {
 	i := it.index
+	if m != nil && nilValue(m) {
+		return fmt.Errorf("invalid model at index %d: a nil %T: %w", i, m, mongo.ErrNilDocument)
+	}
 	it.model, it.send, it.cmd = m, m, cmdOf(m)
 	switch mm := m.(type) {
 	case *mongo.InsertOneModel:

@@ -164,3 +164,26 @@ func TestSendDocNoBox(t *testing.T) {
 		t.Errorf("bson.Marshal(Batch.Doc) = %v, %v; want %v", bson.Raw(got), err, it.doc)
 	}
 }
+
+// TestNilTypedInputs: a typed nil pointer document is a nil document (as an
+// untyped nil is), named with its type; a typed nil model is an error
+// naming its index, not a panic.
+func TestNilTypedInputs(t *testing.T) {
+	type line struct{ A int }
+	e := New(Config{})
+	c := e.NewCall("insertMany", true, 3)
+	c.PrepareDocs([]any{&line{1}, (*line)(nil), bson.M(nil)})
+	if it := c.items[1]; it.state != prefailed || !errors.Is(it.fail.Err, mongo.ErrNilDocument) || !strings.Contains(it.fail.Message, "*engine.line") {
+		t.Errorf("typed nil pointer: state %s, failure %+v", it.state, it.fail)
+	}
+	if it := c.items[0]; it.state != pending {
+		t.Errorf("a pointer to a struct: state %s", it.state)
+	}
+	for _, m := range []mongo.WriteModel{(*mongo.InsertOneModel)(nil), (*mongo.UpdateOneModel)(nil), (*mongo.DeleteManyModel)(nil)} {
+		c := e.NewCall("bulkWrite", true, 2)
+		err := c.PrepareModels([]mongo.WriteModel{mongo.NewInsertOneModel().SetDocument(bson.D{}), m})
+		if !errors.Is(err, mongo.ErrNilDocument) || !strings.Contains(err.Error(), "index 1") {
+			t.Errorf("%T(nil): %v, want an error naming index 1", m, err)
+		}
+	}
+}
