@@ -452,3 +452,42 @@ func TestNilLoggerIsNoLogging(t *testing.T) {
 		t.Fatalf("err = %v, want the unclassified code failed", err)
 	}
 }
+
+// TestReasonWithoutSink: an invalid document ends failed with reason
+// not_retried when no dead-letter sink is set, whether the server rejected
+// it (121) or the client did (over 16 MiB); a conflict the default handler
+// leaves is ReasonNone (the disposition says it all).
+func TestReasonWithoutSink(t *testing.T) {
+	fake := mocks.NewFake("db.nosink").Validator(func(doc bson.Raw) (bson.Raw, bool) {
+		_, err := doc.LookupErr("bad")
+		return nil, err == nil
+	})
+	if err := fake.Seed(bson.D{{Key: "_id", Value: "taken"}}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := writeguard.New(fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := bson.D{{Key: "pad", Value: strings.Repeat("x", 17<<20)}}
+	_, err = g.InsertMany(ctx, []any{bson.D{{Key: "bad", Value: 1}}, huge, bson.D{{Key: "_id", Value: "taken"}}, bson.D{{Key: "ok", Value: 1}}},
+		options.InsertMany().SetOrdered(false))
+	var r *writeguard.Report
+	if !errors.As(err, &r) {
+		t.Fatalf("err %v, want a Report", err)
+	}
+	want := []struct {
+		d      writeguard.Disposition
+		reason writeguard.Reason
+	}{
+		{writeguard.Failed, writeguard.ReasonNotRetried},
+		{writeguard.Failed, writeguard.ReasonNotRetried},
+		{writeguard.Conflicted, writeguard.ReasonNone},
+		{writeguard.Written, writeguard.ReasonNone},
+	}
+	for i, w := range want {
+		if o := r.Outcomes[i]; o.Disposition != w.d || o.Reason != w.reason {
+			t.Errorf("input %d: %s/%q, want %s/%q", i, o.Disposition, o.Reason, w.d, w.reason)
+		}
+	}
+}

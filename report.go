@@ -36,12 +36,13 @@ const (
 )
 
 // Reason says why an input ended without being stored or handled (see the
-// constants); "" (ReasonNone) for a stored or handled input.
+// constants); "" (ReasonNone) for a stored or handled input, and for a
+// conflict the handler did not resolve (the disposition says it all).
 type Reason = engine.Reason
 
 // The reasons of Outcome.Reason; String gives their names.
 const (
-	ReasonNone          = engine.ReasonNone          // stored or handled
+	ReasonNone          = engine.ReasonNone          // stored, handled, or a conflict
 	ReasonAttemptsSpent = engine.ReasonAttemptsSpent // "attempts_spent": its attempts reached the limit of its class
 	ReasonMaxElapsed    = engine.ReasonMaxElapsed    // "max_elapsed": the next wait would end past Backoff.MaxElapsed
 	ReasonBudgetRefused = engine.ReasonBudgetRefused // "budget_refused": the retry budget refused the retry
@@ -49,7 +50,7 @@ const (
 	ReasonOrderedStop   = engine.ReasonOrderedStop   // "ordered_stop": an ordered write stopped at an earlier input
 	ReasonConfiguration = engine.ReasonConfiguration // "configuration": a configuration failure ended the call
 	ReasonNotSent       = engine.ReasonNotSent       // "not_sent": it never left the client (a client-side error)
-	ReasonNotRetried    = engine.ReasonNotRetried    // "not_retried": its failure's class is never retried
+	ReasonNotRetried    = engine.ReasonNotRetried    // "not_retried": its failure's class is never retried (invalid: no dead-letter sink set)
 	ReasonNotResendable = engine.ReasonNotResendable // "not_resendable": maybe applied, and it may not be sent again
 	ReasonSinkFailed    = engine.ReasonSinkFailed    // "sink_failed": no dead-letter sink stored it
 )
@@ -117,7 +118,7 @@ type Outcome struct {
 	// stopped (attempts_spent, max_elapsed, budget_refused, deadline,
 	// ordered_stop, configuration) or why it was never retried (not_sent,
 	// not_retried, not_resendable, sink_failed). ReasonNone when it is
-	// stored or handled.
+	// stored or handled, or a conflict the handler did not resolve.
 	Reason Reason
 	// MaybeWritten is true when an attempt may have applied the document
 	// (a lost reply, a timeout after sending, an interrupted command) and

@@ -27,6 +27,7 @@ func (c *Call) park(ctx context.Context, its []*item) {
 	}
 	if c.e.cfg.Sink == nil {
 		for _, it := range its {
+			it.reason = ReasonNotRetried
 			c.settle(it, policy.Failed)
 		}
 		return

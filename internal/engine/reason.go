@@ -32,7 +32,7 @@ const (
 	// ReasonNotSent: it never left the client (a client-side error).
 	ReasonNotSent
 	// ReasonNotRetried: its failure's class is never retried (unknown,
-	// configuration).
+	// configuration; invalid, when no dead-letter sink is set).
 	ReasonNotRetried
 	// ReasonNotResendable: an attempt may have applied it, and it may not
 	// be sent again (a non-idempotent update, an insert where _id is not
