@@ -58,7 +58,7 @@ type Target interface {
 // applied insert, and so the identification of a duplicate key as the
 // call's own write) reads through ReadPrimary's view, with read preference
 // primary and read concern local: a lagging secondary would make own
-// writes look absent (C59). A hit proves presence on the primary, not
+// writes look absent. A hit proves presence on the primary, not
 // durability: the write-concern rules still apply. For a
 // *mongo.Collection writeguard makes that view itself (a Clone with those
 // options); any other Target without this method is read as it is.

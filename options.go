@@ -318,8 +318,8 @@ const idempotentKey ctxKey = 1
 // UpdateOne, UpdateByID, UpdateMany, ReplaceOne, DeleteOne, DeleteMany and
 // the FindOneAnd* methods) as safe to re-send after an ambiguous failure
 // (a lost reply, a timeout, a retryable write concern error): for example
-// $set of fixed values, or a replace by _id (see idempotent.go, "Which
-// writes are idempotent"). Without it, such a write ends "unknown" (or
+// $set of fixed values, or a replace by _id (see "Which writes are
+// idempotent" in the package documentation). Without it, such a write ends "unknown" (or
 // "written_unconfirmed" after a write concern error) instead of being
 // re-sent, because re-sending an $inc applies it twice. IdempotentModels
 // marks some models of a call only. Insert models never need it:

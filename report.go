@@ -365,7 +365,7 @@ func (r *Report) Unwrap() []error {
 // default), a call that dead-letters is not handled: its documents are in
 // the sink, but the share of dead letters says something upstream broke;
 // errors.Is(err, ErrDeadLetterFlood) is then true and errors.As reaches
-// the *FloodError with the share (DESIGN.md, semantics 8).
+// the *FloodError with the share.
 func Handled(err error) bool {
 	if err == nil {
 		return true

@@ -11,7 +11,11 @@ import (
 //
 // Its numbers follow gRPC's client-side retry throttling (gRFC A6,
 // "retryThrottling": maxTokens, tokenRatio): the bucket starts full at
-// MaxTokens; each retry spends one token; each successful attempt refunds
+// MaxTokens; each retry spends one token (a retry is one round of
+// re-sending a call's retryable documents, one token however many
+// documents and commands it holds; a retry after a failure that proves
+// the server was never reached, such as a connection pool cleared before
+// the command was sent, spends none); each successful attempt refunds
 // Ratio tokens, up to MaxTokens; retries are refused while the bucket holds
 // no more than half of MaxTokens. A retry refused by the budget leaves the
 // document with the disposition "exhausted"; writeguard still waits the
