@@ -232,7 +232,9 @@ once by each run. Envelopes claimed by a worker that dies wait --lease
 for another.
 
 --dry-run writes nothing and says how many envelopes would pass the
-validator (the target's, or --validator FILE's).
+validator (the target's, or --validator FILE's); it takes the same
+validator flags as the replay it rehearses (--no-validator: every
+envelope would pass).
 `,
 	"discard": `Usage: writeguard dlq discard [flags]
 

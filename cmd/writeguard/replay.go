@@ -89,9 +89,11 @@ func checkReplayFlags(f dlqFlags) string {
 	case f.validator != "" && f.uri != "":
 		return "-validator applies to -data-dir only; with -uri widen the collection's validator (collMod; at validationLevel " +
 			"validated together with validationLevel strict, as replay.WidenValidator does) and replay"
-	case f.dataDir != "" && f.validator == "" && !f.noValidator && !f.dryRun:
+	case f.dataDir != "" && f.validator == "" && !f.noValidator:
+		// A dry run too: it rehearses the replay it would be, and against
+		// no validator every envelope "would pass".
 		return "the embedded server enforces no validator: give -validator FILE to enforce one on the replayed writes, " +
-			"or -no-validator to write every original as it is"
+			"or -no-validator to write every original as it is (a dry run takes the same flags as the replay it rehearses)"
 	}
 	if _, msg := replayOperations(f.allow); msg != "" {
 		return msg
@@ -300,10 +302,8 @@ func (rr *replayRun) validation(ctx context.Context, target writeguard.Collectio
 	switch {
 	case rr.validator != nil:
 		return "the validator in " + rr.f.validator + ", enforced on the replayed writes", nil
-	case rr.f.dataDir != "" && rr.f.noValidator:
-		return "none (-no-validator): every original is written as it is", nil
 	case rr.f.dataDir != "":
-		return "none (dry run: the embedded server has no validator)", nil
+		return "none (-no-validator): every original is written as it is", nil
 	}
 	coll := replay.TargetCollection(target)
 	if level, _, lerr := replay.ValidationOptionsOf(ctx, coll); lerr == nil {
@@ -319,8 +319,6 @@ func (rr *replayRun) validation(ctx context.Context, target writeguard.Collectio
 		return "the collection's own validator", nil
 	case rr.f.noValidator:
 		return "none (the collection has no validator; -no-validator)", nil
-	case rr.f.dryRun:
-		return "none (the collection has no validator)", nil
 	}
 	return "", nil
 }

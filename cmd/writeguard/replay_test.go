@@ -48,10 +48,16 @@ func TestReplayFlagErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and a message naming %q", args, code, errOut, c.want)
 		}
 	}
-	// A dry run writes nothing: no validator flag needed (the demo's
-	// data is missing here, so it fails later, with exit 1).
-	if code, _, errOut := runCmd(t, context.Background(), "dlq", "replay", "--data-dir", dir, "--dry-run"); code != exitFail {
-		t.Errorf("dry run without a validator flag: exit %d (%s), want 1 (no dead-letter collection)", code, errOut)
+	// A dry run rehearses the replay: the same validator flags (against
+	// no validator every envelope would "pass" a replay that refuses to
+	// start), so without one it is the same usage error.
+	if code, _, errOut := runCmd(t, context.Background(), "dlq", "replay", "--data-dir", dir, "--dry-run"); code != exitUsage || !strings.Contains(errOut, "-no-validator") {
+		t.Errorf("dry run without a validator flag: exit %d (%s), want 2 naming -no-validator", code, errOut)
+	}
+	// With -no-validator it goes on (the demo's data is missing here, so
+	// it fails later, with exit 1).
+	if code, _, errOut := runCmd(t, context.Background(), "dlq", "replay", "--data-dir", dir, "--dry-run", "--no-validator"); code != exitFail {
+		t.Errorf("dry run with -no-validator: exit %d (%s), want 1 (no dead-letter collection)", code, errOut)
 	}
 }
 
