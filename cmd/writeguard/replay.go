@@ -205,7 +205,7 @@ func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter 
 func (rr *replayRun) namespace(ctx context.Context, g envelope.Group) (*replayOut, int, error) {
 	db, coll, ok := strings.Cut(g.Key, ".")
 	if !ok || db == "" || coll == "" {
-		fmt.Fprintf(rr.stderr, "writeguard dlq replay: skipping %d envelopes with namespace %q (no collection)\n", g.Envelopes, g.Key)
+		fmt.Fprintf(rr.stderr, "writeguard dlq replay: skipping %s with namespace %q (no collection)\n", plural(g.Envelopes, "envelope"), g.Key)
 		return nil, exitOK, nil
 	}
 	if why := replay.RefusedNamespace(g.Key, rr.dlq); why != "" || !slices.Contains(rr.into, g.Key) {
@@ -238,8 +238,8 @@ func (rr *replayRun) namespace(ctx context.Context, g envelope.Group) (*replayOu
 	nf.Namespaces = []string{g.Key}
 	ops, _ := replayOperations(rr.f.allow)
 	if !rr.f.dryRun {
-		fmt.Fprintf(rr.stderr, "writeguard dlq replay: %s: %d envelopes; validation: %s; writes allowed: %s%s; %d workers, batches of %d, lease %v\n",
-			g.Key, g.Envelopes, validation, ops, map[bool]string{true: " (multi-document too)"}[rr.f.allowMulti], rr.f.workers, rr.f.batch, rr.f.lease)
+		fmt.Fprintf(rr.stderr, "writeguard dlq replay: %s: %s; validation: %s; writes allowed: %s%s; %s, batches of %d, lease %v\n",
+			g.Key, plural(g.Envelopes, "envelope"), validation, ops, map[bool]string{true: " (multi-document too)"}[rr.f.allowMulti], plural(rr.f.workers, "worker"), rr.f.batch, rr.f.lease)
 	}
 	var res replay.Result
 	if rr.f.dryRun {
@@ -284,10 +284,10 @@ func (rr *replayRun) refuse(ctx context.Context, g envelope.Group, why string) (
 		why = "not named with -into"
 	}
 	if rr.f.dryRun {
-		fmt.Fprintf(rr.stderr, "writeguard dlq replay: %s: %d envelopes not evaluated: %s\n", g.Key, g.Envelopes, why)
+		fmt.Fprintf(rr.stderr, "writeguard dlq replay: %s: %s not evaluated: %s\n", g.Key, plural(g.Envelopes, "envelope"), why)
 		return nil, exitOK, nil
 	}
-	fmt.Fprintf(rr.stderr, "writeguard dlq replay: %s: %d envelopes refused: %s\n", g.Key, g.Envelopes, why)
+	fmt.Fprintf(rr.stderr, "writeguard dlq replay: %s: %s refused: %s\n", g.Key, plural(g.Envelopes, "envelope"), why)
 	db, coll, _ := strings.Cut(g.Key, ".")
 	nf := rr.sel
 	nf.Namespaces = []string{g.Key}
@@ -360,19 +360,19 @@ func replayExit(outs []replayOut, quarantineAfter int, stderr io.Writer) int {
 		quarantined += o.Quarantined
 	}
 	if refused > 0 {
-		fmt.Fprintf(stderr, "writeguard dlq replay: %d envelopes refused (left pending, reason recorded): see -into, -allow, -allow-multi\n", refused)
+		fmt.Fprintf(stderr, "writeguard dlq replay: %s refused (left pending, reason recorded): see -into, -allow, -allow-multi\n", plural(refused, "envelope"))
 	}
 	if held > 0 {
-		fmt.Fprintf(stderr, "writeguard dlq replay: %d envelopes held: their write was in flight when a replay died; check the target, "+
-			"then discard them or replay them with -include-held\n", held)
+		fmt.Fprintf(stderr, "writeguard dlq replay: %s held: their write was in flight when a replay died; check the target, "+
+			"then discard them or replay them with -include-held\n", plural(held, "envelope"))
 	}
 	if quarantined > 0 {
-		fmt.Fprintf(stderr, "writeguard dlq replay: %d envelopes quarantined after %d failed replays; -include-quarantined retries them\n",
-			quarantined, quarantineAfter)
+		fmt.Fprintf(stderr, "writeguard dlq replay: %s quarantined after %d failed replays; -include-quarantined retries them\n",
+			plural(quarantined, "envelope"), quarantineAfter)
 	}
 	switch {
 	case failed > 0:
-		fmt.Fprintf(stderr, "writeguard dlq replay: %d envelopes failed (left pending); run again\n", failed)
+		fmt.Fprintf(stderr, "writeguard dlq replay: %s failed (left pending); run again\n", plural(failed, "envelope"))
 		return exitFail
 	case still > 0 || conflicts > 0 || refused > 0 || held > 0 || quarantined > 0:
 		return exitCheck

@@ -543,7 +543,7 @@ func TestDLReplayProcessKilledMidBatch(t *testing.T) {
 	code := second.wait(t, 90*time.Second)
 	res := second.report(t)
 	t.Logf("second: exit %d: %+v, %d by duplicate, leases held by others met %d\nstderr: %s", code, res.Counts, res.ReplayedByDuplicate, res.LeasesHeld, second.stderr.String())
-	if code != 3 || !strings.Contains(second.stderr.String(), "1 envelopes held") {
+	if code != 3 || !strings.Contains(second.stderr.String(), "1 envelope held") {
 		t.Errorf("second: exit %d, want 3 with a word on the held envelope", code)
 	}
 	if res.Replayed != inserts || res.Held != 1 || res.ReplayedByDuplicate != written || res.Failed+res.Conflicts+res.StillInvalid != 0 {
