@@ -273,7 +273,15 @@ func printAmplification(w io.Writer, r *demo.Result) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "AMPLIFICATION")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  attempts (driver calls)\t%s for %s batches: %s retries%s\n", n(r.Attempts), n(r.Batches), n(r.Retries), causes(r.RetriesByCause))
+	more := ""
+	if extra := r.Attempts - int64(r.Batches) - r.Retries; extra > 0 {
+		// One call sends one command per attempt: a batch over the
+		// server's limits (maxWriteBatchSize, the sharded demo's 100) is
+		// several attempts, and so is an ordered batch resumed after each
+		// rejected row, and each of their retries.
+		more = fmt.Sprintf("; %s more for batches split at the server's limits or resumed after a rejected row", n(extra))
+	}
+	fmt.Fprintf(tw, "  attempts (driver calls)\t%s for %s batches: %s retries%s%s\n", n(r.Attempts), n(r.Batches), n(r.Retries), causes(r.RetriesByCause), more)
 	fmt.Fprintf(tw, "  documents sent\t%s = %.4f per row\n", n(r.DocumentsSent), r.Amplification)
 	fmt.Fprintf(tw, "  server commands\t%s = %.4f per row (%s)\n", n(r.ServerCommands), r.CommandsPerDocument, kv(r.ServerCommandsByName))
 	if len(r.Faults) > 0 {
