@@ -14,14 +14,16 @@ import (
 )
 
 // Group is one line of a Summary breakdown: the envelopes sharing Key, and
-// the sum of their attempts (captures).
+// the sum of their attempts (rejections: each capture, and each replay
+// that was rejected again).
 type Group struct {
 	// Key is the value grouped by: a keyword, a path, a namespace, a
 	// status.
 	Key string
 	// Envelopes is the number of envelopes with Key.
 	Envelopes int64
-	// Attempts is the sum of their attempts (captures).
+	// Attempts is the sum of their attempts (rejections: captures, and
+	// replays rejected again).
 	Attempts int64
 }
 
@@ -35,7 +37,8 @@ type CodeGroup struct {
 	CodeName string
 	// Envelopes is the number of envelopes with Code.
 	Envelopes int64
-	// Attempts is the sum of their attempts (captures).
+	// Attempts is the sum of their attempts (rejections: captures, and
+	// replays rejected again).
 	Attempts int64
 }
 

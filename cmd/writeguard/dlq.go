@@ -489,7 +489,7 @@ func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter
 		}
 		return exitOK
 	}
-	fmt.Fprintf(stdout, "%s.%s: %s (%s), %s pending", f.db, f.coll, plural(s.Envelopes, "envelope"), plural(s.Attempts, "capture"), n(s.Pending))
+	fmt.Fprintf(stdout, "%s.%s: %s (%s), %s pending", f.db, f.coll, plural(s.Envelopes, "envelope"), plural(s.Attempts, "rejection"), n(s.Pending))
 	if !s.OldestPending.IsZero() {
 		fmt.Fprintf(stdout, ", oldest pending first seen %s ago", s.OldestPendingAge.Round(time.Second))
 	}
@@ -519,7 +519,7 @@ func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter
 		if len(gs) == 0 {
 			return
 		}
-		fmt.Fprintf(stdout, "\n%-*s %10s %10s\n", width, title, "ENVELOPES", "CAPTURES")
+		fmt.Fprintf(stdout, "\n%-*s %10s %10s\n", width, title, "ENVELOPES", "REJECTIONS")
 		for _, g := range gs {
 			fmt.Fprintf(stdout, "  %-*s %10s %10s\n", width-2, g.Key, n(g.Envelopes), n(g.Attempts))
 		}
