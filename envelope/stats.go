@@ -254,10 +254,12 @@ func hasOriginal() bson.A {
 }
 
 // badOriginals adds to st the envelopes of q whose original is missing or
-// not a document.
+// not a document. They are read whole but for errInfo, as dlq list reads
+// them, so that both name the same first problem of a hand-edited
+// envelope.
 func badOriginals(ctx context.Context, dlq *mongo.Collection, q bson.D, st *Summary) error {
 	bad := bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "$nor", Value: hasOriginal()}}}}}
-	cur, err := dlq.Find(ctx, bad, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "status", Value: 1}, {Key: "original", Value: 1}, {Key: "original" + rawFormSuffix, Value: 1}}))
+	cur, err := dlq.Find(ctx, bad, options.Find().SetProjection(bson.D{{Key: "err_info", Value: 0}, {Key: "err_info" + rawFormSuffix, Value: 0}}))
 	if err != nil {
 		return fmt.Errorf("envelope: stats: %w", err)
 	}

@@ -156,3 +156,41 @@ func TestDLQUndecodableEnvelopes(t *testing.T) {
 		t.Errorf("replayed: %v", st)
 	}
 }
+
+// TestDLQStatsAndListNameOneProblem: an envelope broken twice by hand (no
+// original, a fingerprint that is a number) is reported with the same
+// first problem by dlq stats and dlq list (stats used to read only the
+// original of such an envelope, and named another field than list).
+func TestDLQStatsAndListNameOneProblem(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	c, err := conn.Open(ctx, conn.Options{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := c.Client.Database(demo.DefaultDatabase)
+	if _, err := envelope.EnsureCollection(ctx, db, demo.DefaultDLQ); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Collection(demo.DefaultDLQ).InsertOne(ctx, bson.D{{Key: "_id", Value: "bad-fp"}, {Key: "fingerprint", Value: int32(7)},
+		{Key: "status", Value: envelope.StatusPending}, {Key: "namespace", Value: "d.c"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := dlqJSON(t, 0, "stats", "--data-dir", dir)
+	probs, _ := st["undecodable_envelopes"].([]any)
+	if len(probs) != 1 {
+		t.Fatalf("stats: %v; want one undecodable envelope", st)
+	}
+	statsField, _ := probs[0].(map[string]any)["field"].(string)
+	code, out, errOut := runCmd(t, ctx, "dlq", "list", "--data-dir", dir, "--undecodable", "--json")
+	var items []listed
+	if err := json.Unmarshal([]byte(out), &items); code != 0 || err != nil || len(items) != 1 || items[0].DecodeError == nil {
+		t.Fatalf("list --undecodable: %d %v %s %s", code, err, out, errOut)
+	}
+	if statsField == "" || statsField != items[0].DecodeError.Field {
+		t.Errorf("stats names field %q, list %q: want the same", statsField, items[0].DecodeError.Field)
+	}
+}
