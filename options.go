@@ -253,10 +253,11 @@ func WithUnacknowledged() Option {
 // *mongo.Collection does not expose its registry, so without this option
 // a custom registry of the collection is not applied to inserted
 // documents (updates, replaces and deletes are encoded by the driver, with
-// the collection's registry; their dead-letter envelopes still keep filter
-// and update as the default registry encodes them). Default, and nil:
-// bson's default registry, as bson.Marshal and an unconfigured collection
-// use.
+// the collection's registry). The dead-letter envelope of an update,
+// replace or delete encodes its filter, update and replacement with it
+// too, so that a replay sends what the first attempt sent. Default, and
+// nil: bson's default registry, as bson.Marshal and an unconfigured
+// collection use.
 func WithRegistry(reg *bson.Registry) Option {
 	return optionFunc(func(cfg *config) { cfg.registry = reg })
 }

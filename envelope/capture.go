@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -37,6 +38,11 @@ type Capture struct {
 	Now time.Time
 	// TraceID and SpanID of the write's span, if any.
 	TraceID, SpanID string
+	// Encoder makes the encoder of a model's values (filter, update,
+	// replacement, ...), configured as the collection's (writeguard's
+	// WithRegistry and WithBSONOptions), so that the original keeps what
+	// the driver sent; nil: the default registry, as bson.Marshal.
+	Encoder func(w io.Writer) *bson.Encoder
 }
 
 // New returns the envelope (format SchemaVersion) of a capture: Kind,
@@ -52,7 +58,7 @@ func New(c Capture) Envelope {
 	if c.Model != nil {
 		if _, insert := c.Model.(*mongo.InsertOneModel); !insert || len(c.Document) == 0 {
 			var err error
-			if kind, original, err = ModelDocument(c.Model); err != nil {
+			if kind, original, err = modelDocument(c.Model, c.Encoder); err != nil {
 				kind = ""
 				original, _ = bson.Marshal(bson.D{{Key: "op", Value: fmt.Sprintf("%T", c.Model)}, {Key: "marshal_error", Value: err.Error()}})
 			}

@@ -1,8 +1,10 @@
 package envelope
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -61,6 +63,12 @@ const (
 // model of another type, and a value that does not marshal are errors.
 // ParseModel reads the document back.
 func ModelDocument(m mongo.WriteModel) (kind string, doc bson.Raw, err error) {
+	return modelDocument(m, nil)
+}
+
+// modelDocument is ModelDocument with the values encoded by the encoders
+// enc makes (nil: bson.Marshal's, the default registry).
+func modelDocument(m mongo.WriteModel, enc func(io.Writer) *bson.Encoder) (kind string, doc bson.Raw, err error) {
 	var (
 		f        modelFields
 		nilModel bool
@@ -70,7 +78,7 @@ func ModelDocument(m mongo.WriteModel) (kind string, doc bson.Raw, err error) {
 		if mm == nil || mm.Document == nil {
 			return "", nil, errors.New("envelope: insertOne model without a document")
 		}
-		raw, err := marshalDoc(mm.Document)
+		raw, err := marshalDoc(mm.Document, enc)
 		if err != nil {
 			return "", nil, fmt.Errorf("envelope: insertOne document: %w", err)
 		}
@@ -106,7 +114,7 @@ func ModelDocument(m mongo.WriteModel) (kind string, doc bson.Raw, err error) {
 	if nilModel {
 		return "", nil, fmt.Errorf("envelope: nil %s model", kind)
 	}
-	raw, err := bson.Marshal(f.document(kind))
+	raw, err := marshalWith(enc, f.document(kind))
 	if err != nil {
 		return "", nil, fmt.Errorf("envelope: %s model: %w", kind, err)
 	}
@@ -166,14 +174,27 @@ func asRaw(v any) any {
 	return v
 }
 
-func marshalDoc(v any) (bson.Raw, error) {
+// marshalWith encodes v as a document with an encoder enc makes (nil:
+// bson.Marshal).
+func marshalWith(enc func(io.Writer) *bson.Encoder, v any) (bson.Raw, error) {
+	if enc == nil {
+		return bson.Marshal(v)
+	}
+	var buf bytes.Buffer
+	if err := enc(&buf).Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func marshalDoc(v any, enc func(io.Writer) *bson.Encoder) (bson.Raw, error) {
 	if r, ok := asRaw(v).(bson.Raw); ok {
 		if err := r.Validate(); err != nil {
 			return nil, err
 		}
 		return r, nil
 	}
-	return bson.Marshal(v)
+	return marshalWith(enc, v)
 }
 
 // collationDoc is the driver's collation document (mongo/collection.go

@@ -177,6 +177,7 @@ func (c *Call) envelopeFor(it *item, now time.Time, traceID, spanID string) enve
 	capture := envelope.Capture{
 		Document: it.doc, DocumentID: it.id, IDAssigned: it.idAssigned, Call: c.callOpts, Failure: it.fail,
 		Namespace: c.e.Namespace(), Operation: c.op.Name, BatchIndex: it.index, Now: now, TraceID: traceID, SpanID: spanID,
+		Encoder: c.e.cfg.NewEncoder,
 	}
 	if it.kind != KindInsert {
 		capture.Model = it.model

@@ -11,6 +11,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/mocks/faultproxy"
 )
 
 // celsius has a codec of its own in regTestRegistry: a string "21.5C".
@@ -105,5 +107,38 @@ func TestRegistryStoresWhatTheDriverStores(t *testing.T) {
 	// (what WithRegistry's documentation warns of): every document differs.
 	if differs != 3 {
 		t.Errorf("without WithRegistry/WithBSONOptions %d of 3 documents differ from the raw driver's; want 3 (the check above would then prove nothing)", differs)
+	}
+
+	// A dead-lettered update keeps its values as the collection encodes
+	// them: the envelope's update holds temp as the registry's string.
+	var rules []faultproxy.ScriptItem
+	for _, coll := range []string{"reg_guarded", "reg_plain"} {
+		rules = append(rules, faultproxy.On("update").In(b.ns(coll)).Do(faultproxy.RejectDocuments(
+			func(bson.Raw) bool { return true }, faultproxy.WriteError{Code: 121, Message: "Document failed validation"})))
+	}
+	b.script(rules...)
+	set := bson.D{{Key: "$set", Value: bson.D{{Key: "temp", Value: celsius(5)}}}}
+	for _, c := range []*cbGuard{g, plain} {
+		_, err := c.UpdateOne(b.ctx, bson.D{{Key: "_id", Value: "d-1"}}, set)
+		if !writeguard.Handled(err) {
+			t.Fatalf("%s: UpdateOne rejected 121: %v, want it dead-lettered", c.coll, err)
+		}
+	}
+	temp := func(coll string) bson.RawValue {
+		docs := b.docs(coll + "_dlq")
+		if len(docs) != 1 {
+			t.Fatalf("%s: %d envelopes, want 1", coll, len(docs))
+		}
+		env, err := envelope.Decode(docs[0]) // the original is kept as bytes: $set is not a field name a sub-document may have
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env.Original.Lookup("update", "$set", "temp")
+	}
+	if v := temp("reg_guarded"); v.Type != bson.TypeString || v.StringValue() != "5.0C" {
+		t.Errorf("the envelope of the update through WithRegistry keeps temp %v, want \"5.0C\" as sent", v)
+	}
+	if v := temp("reg_plain"); v.Type != bson.TypeDouble {
+		t.Errorf("without WithRegistry the envelope keeps temp %v, want the default registry's double", v)
 	}
 }
