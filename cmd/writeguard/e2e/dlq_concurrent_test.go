@@ -659,30 +659,13 @@ func TestDLReplayCommandRefusesForgedEnvelopes(t *testing.T) {
 // replayed, not "discarded" with its document written anyway.
 func TestDLDiscardCommandAgreesWithReplay(t *testing.T) {
 	b := newDLBed(t, nil)
-	var envs []envelope.Envelope
-	for i, id := range []string{"w-1", "w-2"} {
-		orig, _ := bson.Marshal(dlDoc("_id", id, "qty", int32(1)))
-		envs = append(envs, envelope.Envelope{Original: orig, Code: 121, Namespace: b.ns(), Operation: "insertMany", BatchIndex: i})
-	}
-	if err := b.sink.Put(b.ctx, envs); err != nil {
-		t.Fatal(err)
-	}
-	inWrite, release := make(chan struct{}), make(chan struct{})
-	target := &dlBlockingTarget{Collection: b.replayTarget(), in: inWrite, release: release}
-	var res replay.Result
-	var rerr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		res, rerr = replay.Run(b.ctx, b.dlq, target, replay.WithBatchSize(1))
-	}()
-	<-inWrite
+	putInsertEnvelopes(t, b, "w-1", "w-2")
+	finish := replayHeldInWrite(b, replay.WithBatchSize(1))
 	cmd := exec.Command(dlCommandBinary(t), "dlq", "discard", "--all", "--uri", dlServer.URI(), "--db", b.dbName, "--dlq", dlDLQ)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	close(release)
-	<-done
+	res, rerr := finish()
 	t.Logf("dlq discard: %v\nstdout: %sstderr: %s", err, stdout.String(), stderr.String())
 	if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(stdout.String(), "discarded 1 envelope;") ||
 		!strings.Contains(stderr.String(), "1 envelope not discarded: a running replay holds them") {

@@ -418,28 +418,10 @@ func TestDLReplayRefusesForgedEnvelopes(t *testing.T) {
 // replay that starts after.
 func TestDLDiscardAgreesWithReplay(t *testing.T) {
 	b := newDLBed(t, nil)
-	docs := []any{dlDoc("_id", "d-1", "qty", int32(1)), dlDoc("_id", "d-2", "qty", int32(1))}
-	var envs []envelope.Envelope
-	for i, d := range docs {
-		orig, _ := bson.Marshal(d)
-		envs = append(envs, envelope.Envelope{Original: orig, Code: 121, Namespace: b.ns(), Operation: "insertMany", BatchIndex: i})
-	}
-	if err := b.sink.Put(b.ctx, envs); err != nil {
-		t.Fatal(err)
-	}
-	inWrite, release := make(chan struct{}), make(chan struct{})
-	target := &dlBlockingTarget{Collection: b.replayTarget(), in: inWrite, release: release}
-	var res replay.Result
-	var rerr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		res, rerr = replay.Run(b.ctx, b.dlq, target, replay.WithFilter(envelope.Filter{Fingerprints: []string{envelope.Fingerprint(envs[0].Original, false)}}))
-	}()
-	<-inWrite
+	envs := putInsertEnvelopes(t, b, "d-1", "d-2")
+	finish := replayHeldInWrite(b, replay.WithFilter(envelope.Filter{Fingerprints: []string{envelope.Fingerprint(envs[0].Original, false)}}))
 	d, err := replay.Discard(b.ctx, b.dlq, envelope.Filter{Namespaces: []string{b.ns()}})
-	close(release)
-	<-done
+	res, rerr := finish()
 	if err != nil || d.Discarded != 1 || d.Busy != 1 || len(d.BusyIDs) != 1 {
 		t.Errorf("discard during the replay: %+v, %v; want d-2 discarded, d-1 busy", d, err)
 	}
@@ -457,6 +439,42 @@ func TestDLDiscardAgreesWithReplay(t *testing.T) {
 	}
 	if n := b.count(dlTarget, bson.D{{Key: "_id", Value: "d-2"}}); n != 0 {
 		t.Errorf("the discarded document was written")
+	}
+}
+
+// putInsertEnvelopes stores one pending insert envelope per _id (a
+// document {_id, qty: 1} rejected 121) and returns them.
+func putInsertEnvelopes(t *testing.T, b *dlBed, ids ...string) []envelope.Envelope {
+	t.Helper()
+	var envs []envelope.Envelope
+	for i, id := range ids {
+		orig, _ := bson.Marshal(dlDoc("_id", id, "qty", int32(1)))
+		envs = append(envs, envelope.Envelope{Original: orig, Code: 121, Namespace: b.ns(), Operation: "insertMany", BatchIndex: i})
+	}
+	if err := b.sink.Put(b.ctx, envs); err != nil {
+		t.Fatal(err)
+	}
+	return envs
+}
+
+// replayHeldInWrite starts a replay whose first write waits (its envelope
+// claimed, its write under way) and returns once it is there; finish lets
+// the write go and returns the replay's result.
+func replayHeldInWrite(b *dlBed, opts ...replay.Option) (finish func() (replay.Result, error)) {
+	inWrite, release := make(chan struct{}), make(chan struct{})
+	target := &dlBlockingTarget{Collection: b.replayTarget(), in: inWrite, release: release}
+	var res replay.Result
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, err = replay.Run(b.ctx, b.dlq, target, opts...)
+	}()
+	<-inWrite
+	return func() (replay.Result, error) {
+		close(release)
+		<-done
+		return res, err
 	}
 }
 
