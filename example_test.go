@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"reflect"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -179,4 +180,36 @@ func ExampleIdempotentModels() {
 	// 0 unknown
 	// 1 written
 	// qty: 4
+}
+
+// A collection configured with a BSON registry of its own (here: cents as
+// a decimal string) and BSON options: give writeguard the same, so that
+// the documents it encodes (inserts, and the envelopes of rejected
+// updates) are the ones the driver would have encoded.
+func ExampleWithRegistry() {
+	type cents int64
+	reg := bson.NewRegistry()
+	reg.RegisterTypeEncoder(reflect.TypeOf(cents(0)), bson.ValueEncoderFunc(
+		func(_ bson.EncodeContext, vw bson.ValueWriter, v reflect.Value) error {
+			return vw.WriteString(fmt.Sprintf("%d.%02d", v.Int()/100, v.Int()%100))
+		}))
+	bo := &options.BSONOptions{NilSliceAsEmpty: true}
+	// With a *mongo.Collection: db.Collection("orders",
+	// options.Collection().SetRegistry(reg).SetBSONOptions(bo)).
+	fake := mocks.NewFake("shop.orders")
+	orders, err := writeguard.New(fake, writeguard.WithRegistry(reg), writeguard.WithBSONOptions(bo))
+	if err != nil {
+		log.Fatal(err)
+	}
+	type line struct {
+		ID    string   `bson:"_id"`
+		Price cents    `bson:"price"`
+		Tags  []string `bson:"tags"`
+	}
+	if _, err := orders.InsertOne(context.Background(), line{ID: "o-1", Price: 1999}); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(fake.Docs()[0])
+	// Output:
+	// {"_id": "o-1","price": "19.99","tags": []}
 }
