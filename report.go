@@ -127,8 +127,11 @@ type Outcome struct {
 	// dispositions (written, already_written, written_unconfirmed).
 	MaybeWritten bool
 	// Document is the document as prepared for the write (with its _id),
-	// for inserts; nil for other models. It is kept for every outcome, so
-	// nothing is lost when a write or a dead-letter hand-off fails.
+	// for an insert that did not end written or already_written, so that
+	// nothing is lost when a write or a dead-letter hand-off fails and
+	// Remaining can send it again; nil for a stored insert (written,
+	// already_written: the call lets its bytes go as soon as it is
+	// stored, and ID names it) and for other models.
 	Document bson.Raw
 	// Model is the caller's write model (BulkWrite), or the write of a
 	// method of one write as a model (UpdateOne: an UpdateOneModel, ...;

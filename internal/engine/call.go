@@ -49,6 +49,7 @@ func (e *Engine) NewCall(name string, ordered bool, n int) *Call {
 	c := &Call{
 		e:       e,
 		ordered: ordered,
+		next:    n, // PrepareDocs sets it back to 0
 		op:      &hooks.Operation{Name: name, Database: e.cfg.Database, Collection: e.cfg.Collection, Ordered: ordered},
 	}
 	slab := make([]item, n)
@@ -163,8 +164,9 @@ func (r Result) Idempotent(i int) bool { return r.c.Idempotent(i) }
 // not unique where its documents land.
 func (r Result) NoUniqueID() bool { return r.c.noUniqueID }
 
-// Document returns input i as prepared (with its _id) for an insert, nil
-// for another model.
+// Document returns input i as prepared (with its _id) for an insert that
+// did not end written or already_written (release), nil for a stored
+// insert and for another model.
 func (r Result) Document(i int) bson.Raw { return r.c.items[i].doc }
 
 // Model returns the caller's write model of input i (BulkWrite only).

@@ -56,6 +56,7 @@ func TestCommandsSplitAsTheDriver(t *testing.T) {
 	e := New(Config{Limits: func(context.Context) Limits { return Limits{MaxMessageSizeBytes: CommandMargin + 3000} }})
 	c := e.NewCall("insertMany", true, len(docs))
 	c.PrepareDocs(docs)
+	c.prepareNext(context.Background(), true)
 	if n := c.items[0].statementSize(); n != 1000 {
 		t.Fatalf("document of %d bytes, want 1000", n)
 	}

@@ -22,6 +22,16 @@ type Call struct {
 	callOpts   envelope.CallOptions // the call's options an envelope keeps
 	items      []*item
 	send       Send
+	// Insert calls prepare their documents as they go (prepareAhead):
+	// items[:next] are prepared, inputs[next:] wait; enc is the call's
+	// encoder meanwhile; spread is set when they took more than one step,
+	// and then a stored document's _id is copied into ids (keepID) so that
+	// its prepared bytes can go.
+	inputs []any
+	next   int
+	enc    *docEncoder
+	spread bool
+	ids    []byte
 
 	start    time.Time
 	attempts int
@@ -69,13 +79,19 @@ func (c *Call) run(ctx context.Context) (any, error) {
 	c.ctx = ctx
 
 	var first any
-	c.routePrefailed(ctx)
+	c.routePrefailed(ctx, c.items[:c.next]) // the models of a bulk write, prepared at once
 	delay := time.Duration(0)
 	for {
-		batch := c.pending()
-		if len(batch) == 0 {
-			break
+		c.prepareAhead(ctx, false)
+		c.stopOrdered(ctx) // at a document that failed to prepare
+		all := c.pending()
+		if len(all) == 0 {
+			if c.next == len(c.items) {
+				break
+			}
+			continue // every document just prepared failed to: prepare more
 		}
+		batch := all
 		if c.ordered && c.window > 0 && len(batch) > c.window {
 			batch = batch[:c.window]
 		}
@@ -84,18 +100,23 @@ func (c *Call) run(ctx context.Context) (any, error) {
 			// Nothing more leaves the client: the documents never sent
 			// are not_attempted, whatever stopped them.
 			c.extra = append(c.extra, err)
-			c.giveUp(ctx, batch, StopContext)
+			c.giveUp(ctx, c.rest(ctx), StopContext)
 			break
 		}
 		c.stopAt = -1
 		cmds := c.commands(ctx, batch)
+		if len(cmds) > 1 && len(batch) == len(all) && c.next < len(c.items) {
+			// The last command is the part of the documents prepared
+			// ahead that did not fill one: it goes with the next ones.
+			cmds = cmds[:len(cmds)-1]
+		}
 		c.offset = 0
 		for k, cmd := range cmds {
 			if k > 0 && (ctx.Err() != nil || c.ordered && !wroteAll(cmds[k-1])) {
 				break // the rest stays pending: the next pass sends it, or gives it up
 			}
 			res, err := c.attempt(ctx, cmd, delay)
-			if c.attempts == 1 && len(cmds) == 1 && (err == nil || errors.Is(err, ErrUnacked)) {
+			if c.attempts == 1 && len(cmds) == 1 && c.next == len(c.items) && (err == nil || errors.Is(err, ErrUnacked)) {
 				first = res
 			}
 			delay, c.offset = 0, c.offset+len(cmd)
@@ -106,8 +127,46 @@ func (c *Call) run(ctx context.Context) (any, error) {
 		}
 		delay = c.scheduleRetry(ctx)
 	}
+	if c.enc != nil { // not reached: every path above prepares the rest
+		c.enc.release()
+		c.enc = nil
+	}
 	c.flushDeadLetters(ctx)
 	return first, c.finish(ctx)
+}
+
+// release lets the prepared bytes of a stored insert go: nothing reads
+// them again (Outcome.Document is nil for written and already_written).
+// Its _id stays, copied out of the arena when the call prepares its
+// documents in several steps, so that the arena's chunks go with the
+// documents they hold.
+func (c *Call) release(it *item) {
+	it.doc = nil
+	if c.spread {
+		it.id.Value = c.keepID(it.id.Value)
+	}
+}
+
+// keepID copies v into the call's store of kept _ids (chunks of
+// idChunk bytes) and returns the copy.
+func (c *Call) keepID(v []byte) []byte {
+	if cap(c.ids)-len(c.ids) < len(v) {
+		c.ids = make([]byte, 0, max(len(v), idChunk))
+	}
+	start := len(c.ids)
+	c.ids = append(c.ids, v...)
+	return c.ids[start:len(c.ids):len(c.ids)]
+}
+
+// idChunk is the size of a chunk of kept _ids (16 KiB: about 1,300
+// ObjectIDs).
+const idChunk = 16 << 10
+
+// rest prepares every document not prepared yet and returns the items
+// still to send: what a call gives up when it stops as a whole.
+func (c *Call) rest(ctx context.Context) []*item {
+	c.prepareAhead(ctx, true)
+	return c.pending()
 }
 
 // attempt sends batch once and routes every document by what the reply
@@ -182,8 +241,8 @@ func (c *Call) attemptFinished(actx context.Context, docs int, t0 time.Time, err
 
 // pending returns the items still to send, in input order.
 func (c *Call) pending() []*item {
-	out := make([]*item, 0, len(c.items)) // one allocation, not one per doubling
-	for _, it := range c.items {
+	out := make([]*item, 0, c.next) // one allocation, not one per doubling
+	for _, it := range c.items[:c.next] {
 		if it.live() {
 			out = append(out, it)
 		}
@@ -198,6 +257,9 @@ func (c *Call) settle(it *item, d policy.Disposition) {
 	}
 	it.disp = d
 	it.to(done)
+	if it.kind == KindInsert && (d == policy.Written || d == policy.AlreadyWritten) {
+		c.release(it)
+	}
 	if !c.e.observed {
 		return
 	}
@@ -254,9 +316,9 @@ func (c *Call) carryOut(ctx context.Context, td *todo, fallback policy.Dispositi
 // routePrefailed routes the documents that failed before any attempt
 // (marshal errors, oversized documents): a client-side verdict on one
 // document is Invalid (dead-lettered when there are bytes to store).
-func (c *Call) routePrefailed(ctx context.Context) {
+func (c *Call) routePrefailed(ctx context.Context, its []*item) {
 	var invalid []*item
-	for _, it := range c.items {
+	for _, it := range its {
 		if it.state != prefailed {
 			continue
 		}
@@ -269,24 +331,30 @@ func (c *Call) routePrefailed(ctx context.Context) {
 		c.settle(it, policy.Failed)
 	}
 	c.park(ctx, invalid)
-	c.stopOrdered(ctx)
 }
 
 // stopOrdered ends an ordered write at its first unhandled document: the
-// pending documents after it are given up (policy.GiveUp, StopOrdered).
+// pending documents after it are given up (policy.GiveUp, StopOrdered),
+// prepared first so that the Report has each one's _id and bytes.
 func (c *Call) stopOrdered(ctx context.Context) {
 	if !c.ordered {
 		return
 	}
-	var tail []*item
-	stop := false
-	for _, it := range c.items {
-		if stop && it.live() {
-			tail = append(tail, it)
-			continue
-		}
+	stop := -1
+	for i, it := range c.items[:c.next] {
 		if it.state == done && !it.disp.Handled() && !it.disp.Stored() {
-			stop = true
+			stop = i
+			break
+		}
+	}
+	if stop < 0 {
+		return
+	}
+	c.prepareAhead(ctx, true)
+	var tail []*item
+	for _, it := range c.items[stop+1:] {
+		if it.live() {
+			tail = append(tail, it)
 		}
 	}
 	c.giveUp(ctx, tail, StopOrdered)

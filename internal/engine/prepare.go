@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -24,17 +25,66 @@ var (
 	ErrInvalidBSON = errors.New("invalid BSON document")
 )
 
-// PrepareDocs prepares the documents of an insert call: docs[i] is input
-// i (len(docs) == Len()).
-func (c *Call) PrepareDocs(docs []any) { c.prepareDocs(c.items, docs) }
+// PrepareDocs takes the documents of an insert call: docs[i] is input i
+// (len(docs) == Len()); the call takes docs over and clears each entry
+// once it is prepared. They are prepared as the call goes (prepareAhead):
+// each one before the first command that carries it, so a call holds the
+// prepared bytes of the documents still undecided, not of all of them.
+func (c *Call) PrepareDocs(docs []any) {
+	for _, it := range c.items {
+		it.kind = KindInsert
+	}
+	c.inputs, c.next = docs, 0
+}
 
-// prepareDocs prepares the documents of an insert: each one is encoded
-// once, straight into the call's arena with a new ObjectID _id first when
-// it has none (one encoding and one copy, the encoder's buffer into the
-// arena; no per-document allocation: Batch.Doc hands it to the driver as
-// a sendDoc). The caller's own bytes (bson.Raw, []byte) are checked and
-// sent as they are when they carry an _id. docs[i] is the input
-// document of its[i].
+// prepareAhead prepares the next documents of PrepareDocs in input order,
+// until the prepared documents not sent yet fill one command (the
+// server's maxWriteBatchSize documents, or maxMessageSizeBytes -
+// CommandMargin bytes and one more), or all of them with all set, then
+// routes those that failed to prepare. Each document still gets its _id
+// before the first attempt that sends it.
+func (c *Call) prepareAhead(ctx context.Context, all bool) {
+	start := c.next
+	c.prepareNext(ctx, all)
+	c.routePrefailed(ctx, c.items[start:c.next])
+}
+
+// prepareNext is prepareAhead without the routing.
+func (c *Call) prepareNext(ctx context.Context, all bool) {
+	if c.next == len(c.items) {
+		return
+	}
+	lim := DefaultLimits
+	if !all && len(c.items) > 1 {
+		lim = c.limits(ctx)
+	}
+	budget := lim.MaxMessageSizeBytes - CommandMargin
+	if c.enc == nil {
+		c.enc = c.e.newDocEncoder()
+	}
+	n, size := 0, 0
+	for i := c.next - 1; i >= 0 && c.items[i].attempts == 0; i-- {
+		if c.items[i].state == pending { // prepared ahead by the last pass, not sent
+			n, size = n+1, size+len(c.items[i].doc)
+		}
+	}
+	for c.next < len(c.items) && (all || n < lim.MaxWriteBatchSize && size <= budget) {
+		it := c.items[c.next]
+		c.prepareDoc(c.enc, it, c.inputs[c.next], len(c.items)-c.next)
+		c.inputs[c.next] = nil // the caller's value is no longer needed here
+		c.next++
+		n, size = n+1, size+len(it.doc)
+	}
+	if c.next == len(c.items) {
+		c.enc.release()
+		c.enc, c.inputs = nil, nil
+	} else {
+		c.spread = true
+	}
+}
+
+// prepareDocs prepares the documents of the insert models of a bulk write
+// at once: docs[i] is the document of its[i].
 func (c *Call) prepareDocs(its []*item, docs []any) {
 	var enc *docEncoder
 	defer func() {
@@ -43,34 +93,45 @@ func (c *Call) prepareDocs(its []*item, docs []any) {
 		}
 	}()
 	for i, it := range its {
-		it.kind = KindInsert
-		var err error
-		switch d := docs[i].(type) {
-		case nil:
-			err = mongo.ErrNilDocument
-		case bson.Raw:
-			err = c.prepareRaw(it, d)
-		case []byte:
-			err = c.prepareRaw(it, d)
-		default:
-			if nilValue(docs[i]) {
-				err = fmt.Errorf("%w (a nil %T)", mongo.ErrNilDocument, docs[i])
-				break
-			}
-			if enc == nil {
-				enc = c.e.newDocEncoder()
-			}
-			it.doc, it.id, it.idAssigned, err = enc.encode(docs[i], len(its)-i)
-			if err != nil {
-				err = mongo.MarshalError{Value: docs[i], Err: err}
-			}
+		if enc == nil {
+			enc = c.e.newDocEncoder()
 		}
-		if err != nil {
-			c.prefail(it, err)
-			continue
-		}
-		c.checkSize(it)
+		c.prepareDoc(enc, it, docs[i], len(its)-i)
 	}
+}
+
+// prepareDoc prepares the document of one insert: it is encoded once,
+// straight into the call's arena with a new ObjectID _id first when it has
+// none (one encoding and one copy, the encoder's buffer into the arena; no
+// per-document allocation: Batch.Doc hands it to the driver as a sendDoc).
+// The caller's own bytes (bson.Raw, []byte) are checked and sent as they
+// are when they carry an _id. remaining is the number of documents from
+// this one on (the arena's estimate).
+func (c *Call) prepareDoc(enc *docEncoder, it *item, doc any, remaining int) {
+	it.kind = KindInsert
+	var err error
+	switch d := doc.(type) {
+	case nil:
+		err = mongo.ErrNilDocument
+	case bson.Raw:
+		err = c.prepareRaw(it, d)
+	case []byte:
+		err = c.prepareRaw(it, d)
+	default:
+		if nilValue(doc) {
+			err = fmt.Errorf("%w (a nil %T)", mongo.ErrNilDocument, doc)
+			break
+		}
+		it.doc, it.id, it.idAssigned, err = enc.encode(doc, remaining)
+		if err != nil {
+			err = mongo.MarshalError{Value: doc, Err: err}
+		}
+	}
+	if err != nil {
+		c.prefail(it, err)
+		return
+	}
+	c.checkSize(it)
 }
 
 // prepareRaw prepares a document the caller handed as bytes: a valid BSON

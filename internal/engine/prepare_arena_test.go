@@ -2,7 +2,9 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -46,7 +48,8 @@ func TestPrepareDocsEncodesOnce(t *testing.T) {
 	}
 	e := New(Config{})
 	c := e.NewCall("insertMany", false, len(docs))
-	c.PrepareDocs(docs)
+	c.PrepareDocs(slices.Clone(docs)) // it clears the entries it has prepared
+	c.prepareNext(context.Background(), true)
 	its := c.items
 
 	for _, i := range []int{0, 6, 10} {
@@ -115,6 +118,7 @@ func TestPrepareDocsManyDocuments(t *testing.T) {
 	}
 	c := New(Config{}).NewCall("insertMany", false, n)
 	c.PrepareDocs(docs)
+	c.prepareNext(context.Background(), true)
 	for i, it := range c.items {
 		if it.doc.Lookup("qty").Int32() != int32(i) || len(it.doc.Lookup("sku").StringValue()) != i%50 {
 			t.Fatalf("doc %d: %v", i, it.doc)
@@ -173,6 +177,7 @@ func TestNilTypedInputs(t *testing.T) {
 	e := New(Config{})
 	c := e.NewCall("insertMany", true, 3)
 	c.PrepareDocs([]any{&line{1}, (*line)(nil), bson.M(nil)})
+	c.prepareNext(context.Background(), true)
 	if it := c.items[1]; it.state != prefailed || !errors.Is(it.fail.Err, mongo.ErrNilDocument) || !strings.Contains(it.fail.Message, "*engine.line") {
 		t.Errorf("typed nil pointer: state %s, failure %+v", it.state, it.fail)
 	}

@@ -1,0 +1,213 @@
+package writeguard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync/atomic"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/mocks"
+)
+
+// countedDoc is a document that counts its encodings, and fails to encode
+// when bad is set.
+type countedDoc struct {
+	n       int
+	bad     bool
+	encoded *atomic.Int64
+}
+
+func (d countedDoc) MarshalBSON() ([]byte, error) {
+	d.encoded.Add(1)
+	if d.bad {
+		return nil, fmt.Errorf("document %d cannot be encoded", d.n)
+	}
+	return bson.Marshal(bson.D{{Key: "n", Value: d.n}})
+}
+
+// aheadTarget records, at every InsertMany, how many documents writeguard
+// had encoded beyond those sent so far (this command included), and calls
+// onCall before it forwards the command.
+type aheadTarget struct {
+	*mocks.Fake
+	encoded  *atomic.Int64
+	sent     int64
+	maxAhead int64
+	aheads   []int64 // per command
+	onCall   func(call int)
+	calls    int
+}
+
+func (a *aheadTarget) InsertMany(ctx context.Context, documents any, opts ...options.Lister[options.InsertManyOptions]) (*mongo.InsertManyResult, error) {
+	a.calls++
+	a.sent += int64(reflect.ValueOf(documents).Len())
+	a.aheads = append(a.aheads, a.encoded.Load()-a.sent)
+	a.maxAhead = max(a.maxAhead, a.aheads[len(a.aheads)-1])
+	if a.onCall != nil {
+		a.onCall(a.calls)
+	}
+	return a.Fake.InsertMany(ctx, documents, opts...)
+}
+
+func countedDocs(n int, encoded *atomic.Int64, bad ...int) []countedDoc {
+	docs := make([]countedDoc, n)
+	for i := range docs {
+		docs[i] = countedDoc{n: i, encoded: encoded}
+	}
+	for _, i := range bad {
+		docs[i].bad = true
+	}
+	return docs
+}
+
+// A call larger than one command prepares each document just before the
+// command that carries it (at most one document ahead), not all of them
+// before the first command, and lets the bytes of each stored document
+// go: its Outcome keeps the _id, not the Document. The commands are the
+// driver's (95 documents, 10 per command: 10 commands), and a failed
+// command's documents are re-sent with the next ones, each stored once.
+func TestLargeCallPreparesAsItGoes(t *testing.T) {
+	ctx := context.Background()
+	for _, ordered := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ordered=%v", ordered), func(t *testing.T) {
+			var encoded atomic.Int64
+			tg := &aheadTarget{Fake: mocks.NewFake("db.large").Limits(10, 0), encoded: &encoded}
+			g, err := writeguard.New(tg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := g.InsertMany(ctx, countedDocs(95, &encoded), options.InsertMany().SetOrdered(ordered))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tg.calls != 10 || tg.maxAhead > 1 || encoded.Load() != 95 {
+				t.Errorf("%d commands, up to %d documents encoded ahead, %d encodings; want 10, at most 1, 95", tg.calls, tg.maxAhead, encoded.Load())
+			}
+			if got := storedIDs(t, tg.Fake); len(got) != 95 || fmt.Sprint(got) != fmt.Sprint(idStrings(t, res.InsertedIDs)) {
+				t.Errorf("stored %v, result %v: want the same 95 _ids in order", got, res.InsertedIDs)
+			}
+		})
+	}
+	t.Run("a dropped connection in the middle", func(t *testing.T) {
+		var encoded atomic.Int64
+		tg := &aheadTarget{Fake: mocks.NewFake("db.large").Limits(10, 0).Script(mocks.Pass(), mocks.Pass(), mocks.DropConnection()), encoded: &encoded}
+		g, err := writeguard.New(tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := g.InsertMany(ctx, countedDocs(95, &encoded), options.InsertMany().SetOrdered(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := storedIDs(t, tg.Fake); len(got) != 95 || len(res.InsertedIDs) != 95 || tg.calls != 11 || tg.maxAhead > 11 {
+			t.Errorf("%d stored, %d in the result, %d commands, %d ahead; want 95, 95, 11 and at most one command ahead", len(got), len(res.InsertedIDs), tg.calls, tg.maxAhead)
+		}
+	})
+}
+
+// The Report of a large call: the stored documents keep their _id and
+// no bytes; a document that could not be encoded stops an ordered call
+// where it stands (found when its command is prepared), and every
+// document after it is not_attempted with its prepared bytes and _id, so
+// that Remaining finishes the call.
+func TestLargeCallReport(t *testing.T) {
+	ctx := context.Background()
+	var encoded atomic.Int64
+	tg := &aheadTarget{Fake: mocks.NewFake("db.large").Limits(10, 0), encoded: &encoded}
+	g, err := writeguard.New(tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = g.InsertMany(ctx, countedDocs(95, &encoded, 25))
+	var r *writeguard.Report
+	if !errors.As(err, &r) {
+		t.Fatalf("err = %v, want a *Report", err)
+	}
+	// The first two commands go with at most one document prepared
+	// ahead; the bad one is met when the third is prepared, and the rest
+	// is then prepared for the Report before the third command leaves.
+	if tg.calls != 3 || tg.aheads[0] > 1 || tg.aheads[1] > 1 || tg.aheads[2] != 95-25 {
+		t.Errorf("%d commands, documents ahead %v; want 3 (the documents before the bad one), [≤1 ≤1 70]", tg.calls, tg.aheads)
+	}
+	checkLargeReport(t, r, 25, writeguard.Failed)
+
+	// Remaining sends the rest with their _ids.
+	rm := r.Remaining()
+	if rm.Len() != 95-26 {
+		t.Fatalf("remaining %d, want %d", rm.Len(), 95-26)
+	}
+	if _, err := g.InsertMany(rm.Context(ctx), rm.Documents); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedIDs(t, tg.Fake); len(got) != 94 {
+		t.Errorf("%d stored after finishing, want 94", len(got))
+	}
+}
+
+// A context that ends in the middle of a large call (before the third
+// command reaches the server): the documents not prepared yet are
+// prepared for the Report (not_attempted, with their _id and bytes),
+// none is left without a disposition.
+func TestLargeCallContextEnds(t *testing.T) {
+	var encoded atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tg := &aheadTarget{Fake: mocks.NewFake("db.large").Limits(10, 0), encoded: &encoded, onCall: func(call int) {
+		if call == 3 {
+			cancel()
+		}
+	}}
+	g, err := writeguard.New(tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = g.InsertMany(ctx, countedDocs(95, &encoded), options.InsertMany().SetOrdered(false))
+	var r *writeguard.Report
+	if !errors.As(err, &r) {
+		t.Fatalf("err = %v, want a *Report", err)
+	}
+	if tg.calls != 3 {
+		t.Errorf("%d commands, want 3", tg.calls)
+	}
+	checkLargeReport(t, r, 20, writeguard.NotAttempted)
+}
+
+// checkLargeReport checks a Report of 95 documents whose first stop were
+// stored: written without Document, the stop-th one with disposition
+// atStop, every one after it not_attempted with its Document and its _id.
+func checkLargeReport(t *testing.T, r *writeguard.Report, stop int, atStop writeguard.Disposition) {
+	t.Helper()
+	for _, o := range r.Outcomes {
+		switch {
+		case o.Index < stop:
+			if o.Disposition != writeguard.Written || o.Document != nil || o.ID == nil {
+				t.Errorf("outcome %d: %s, document %v, _id %v; want written, no document, an _id", o.Index, o.Disposition, o.Document, o.ID)
+			}
+		case o.Index == stop:
+			if o.Disposition != atStop {
+				t.Errorf("outcome %d: %s, want %s", o.Index, o.Disposition, atStop)
+			}
+		default:
+			if o.Disposition != writeguard.NotAttempted || o.Document == nil || o.Document.Lookup("n").Int32() != int32(o.Index) ||
+				idString(t, o.ID) != o.Document.Lookup("_id").String() {
+				t.Errorf("outcome %d: %s, document %v, _id %v; want not_attempted with its document and _id", o.Index, o.Disposition, o.Document, o.ID)
+			}
+		}
+	}
+}
+
+func idStrings(t *testing.T, ids []any) []string {
+	t.Helper()
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = idString(t, id)
+	}
+	return out
+}
