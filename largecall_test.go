@@ -42,6 +42,7 @@ type aheadTarget struct {
 	maxAhead int64
 	aheads   []int64 // per command
 	onCall   func(call int)
+	after    func(call int) // after the command's reply
 	calls    int
 }
 
@@ -53,7 +54,11 @@ func (a *aheadTarget) InsertMany(ctx context.Context, documents any, opts ...opt
 	if a.onCall != nil {
 		a.onCall(a.calls)
 	}
-	return a.Fake.InsertMany(ctx, documents, opts...)
+	res, err := a.Fake.InsertMany(ctx, documents, opts...)
+	if a.after != nil {
+		a.after(a.calls)
+	}
+	return res, err
 }
 
 func countedDocs(n int, encoded *atomic.Int64, bad ...int) []countedDoc {
@@ -210,4 +215,79 @@ func idStrings(t *testing.T, ids []any) []string {
 		out[i] = idString(t, id)
 	}
 	return out
+}
+
+// A configuration failure in the middle of a large call stops it as a
+// whole: no command after it, every document not sent yet given up with
+// its _id and bytes (C27's rule, on a call of several commands).
+func TestLargeCallConfigurationStops(t *testing.T) {
+	var encoded atomic.Int64
+	tg := &aheadTarget{Fake: mocks.NewFake("db.large").Limits(10, 0).Script(mocks.Pass(), mocks.Reply(
+		`{"ok":1,"n":0,"writeErrors":[{"index":0,"code":20,"codeName":"IllegalOperation","errmsg":"Transaction numbers are only allowed on a replica set member or mongos"}]}`)),
+		encoded: &encoded}
+	g, err := writeguard.New(tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = g.InsertMany(context.Background(), countedDocs(95, &encoded), options.InsertMany().SetOrdered(false))
+	var r *writeguard.Report
+	if !errors.As(err, &r) || !errors.Is(err, writeguard.ErrConfiguration) {
+		t.Fatalf("err = %v, want a *Report of a configuration failure", err)
+	}
+	if tg.calls != 2 {
+		t.Errorf("%d commands, want 2 (none after the configuration failure)", tg.calls)
+	}
+	for _, o := range r.Outcomes {
+		switch {
+		case o.Index < 10:
+			if o.Disposition != writeguard.Written {
+				t.Errorf("outcome %d: %s, want written", o.Index, o.Disposition)
+			}
+		case o.Index < 20:
+			if o.Disposition != writeguard.Failed {
+				t.Errorf("outcome %d: %s, want failed", o.Index, o.Disposition)
+			}
+		default:
+			if o.Disposition != writeguard.NotAttempted || o.Document == nil || o.ID == nil {
+				t.Errorf("outcome %d: %s, document %v, _id %v; want not_attempted with its document and _id", o.Index, o.Disposition, o.Document, o.ID)
+			}
+		}
+	}
+}
+
+// A context that ends while an ordered write sends its tail in a window
+// (after a dead-lettered document), between two commands, leaves no
+// document without a disposition: those beyond the window are
+// not_attempted too.
+func TestContextEndsInOrderedWindow(t *testing.T) {
+	var encoded atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fake := mocks.NewFake("db.window").Validator(func(doc bson.Raw) (bson.Raw, bool) {
+		return nil, doc.Lookup("n").Int32()%8 == 1
+	})
+	tg := &aheadTarget{Fake: fake, encoded: &encoded, after: func(call int) {
+		if call == 3 {
+			cancel()
+		}
+	}}
+	g, err := writeguard.New(tg, writeguard.WithDeadLetter(&mocks.Sink{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = g.InsertMany(ctx, countedDocs(60, &encoded))
+	var r *writeguard.Report
+	if !errors.As(err, &r) {
+		t.Fatalf("err = %v, want a *Report", err)
+	}
+	counts := map[writeguard.Disposition]int{}
+	for _, o := range r.Outcomes {
+		counts[o.Disposition]++
+		if o.Disposition == "" {
+			t.Errorf("outcome %d has no disposition", o.Index)
+		}
+	}
+	if tg.calls != 3 || counts[writeguard.NotAttempted] == 0 {
+		t.Errorf("%d commands, dispositions %v; want 3 commands and the rest not_attempted", tg.calls, counts)
+	}
 }

@@ -10,7 +10,10 @@
 //
 // # The loop (loop.go, Call.run)
 //
-//	prepare        prepare.go    marshal once, give _id, check 16 MiB; failures: prefailed
+//	prepareAhead   prepare.go    the documents of an insert call, as it goes: until those
+//	                             not sent fill one command, encode each once, give it its
+//	                             _id, check 16 MiB (a bulk write's inserts: all at once,
+//	                             PrepareModels); failures: prefailed
 //	routePrefailed loop.go       prefailed -> parked (Invalid with bytes) or done
 //	narrow         bisect.go     which pending documents go: all, an isolated one alone,
 //	                             or one half of a poison suspect set (bisection, C66)
@@ -32,6 +35,7 @@
 //	scheduleRetry  retry.go      attempt limit (AttemptLimit), MaxElapsed, retry budget, backoff
 //	                             wait; what may not go again: GiveUp
 //	flush          deadletter.go parked -> one gathered sink Put -> done (side.go retries it)
+//	release        loop.go       a stored insert's bytes go as it settles (its _id stays)
 //	finish         result.go     Result -> Config.Report; the OperationFinished hook
 //
 // # One state per document (state.go)

@@ -14,9 +14,11 @@ import (
 	"github.com/writeguard/writeguard/policy"
 )
 
-// The first step of the write path: every document is marshalled once and
-// given its _id before the first attempt, so that no retry can store it
-// twice.
+// The first step of the write path: every document is encoded once and
+// given its _id before the first attempt that sends it, so that no retry
+// can store it twice. An insert call does it as it goes, one command
+// ahead (prepareAhead), so that it holds the bytes of the documents still
+// undecided rather than of the whole call.
 
 // The errors of a document that fails in prepare, kept in its Failure.Err
 // (the root names them in Report.Error without quoting them).

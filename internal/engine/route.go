@@ -126,7 +126,7 @@ func (c *Call) route(ctx context.Context, batch []*item, fails []policy.Failure)
 	}
 	c.carryOut(ctx, &td, "", c.maybeInserts(batch))
 	if c.hint != "" {
-		c.giveUp(ctx, c.pending(), StopConfiguration)
+		c.giveUp(ctx, c.rest(ctx), StopConfiguration)
 		return
 	}
 	c.stopOrdered(ctx)
