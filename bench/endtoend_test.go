@@ -35,26 +35,28 @@ type e2eSide struct {
 // BenchmarkEndToEnd writes order lines without _id (as a new user hands
 // them) to the embedded FerretDB through a faultproxy without faults, with
 // batches of 1, 100 and 500 documents per InsertMany (ordered, the
-// default) and 1 or 16 writers sharing one client, through the raw
-// *mongo.Collection and through the Guarded wrapping another collection
-// of the same client (default options). The two are interleaved call by
-// call: each writer alternates a raw call and a guarded call of the same
-// size (raw first on even batches, guarded first on odd ones) and times
-// each, so that the load of the shared machine falls on both alike. A
-// variant's throughput is its documents ÷ (its writers' summed call time
-// ÷ writers): with one writer, documents per second of its own calls;
-// with 16, the same at a concurrency of 16 calls, half of them the other
-// variant's. Each run starts on freshly dropped collections (untimed).
-// Run it with -benchtime 1x -count 6: each -count is one run, and
-// benchstat's median is the figure.
+// default) and 1 or 16 writers sharing one client, three ways, each on
+// its own collection of the same client: the raw *mongo.Collection handed
+// the order lines (raw), the raw collection handed the same order lines
+// with an ObjectID _id the caller assigned (raw-id: the idempotent
+// floor), and the Guarded (default options) handed the order lines
+// without _id. The three are interleaved call by call: each writer makes
+// a call of each variant in turn for every batch (starting with the next
+// variant on each batch) and times each, so that the load of the shared
+// machine falls on all alike. A variant's throughput is its documents ÷
+// (its writers' summed call time ÷ writers): with one writer, documents
+// per second of its own calls; with 16, the same at a concurrency of 16
+// calls, a third of them its own. Each run starts on freshly dropped
+// collections (untimed). Run it with -benchtime 1x -count 6: each -count
+// is one run, and benchstat's median is the figure.
 //
-// Metrics: raw-docs/s and guarded-docs/s, guarded/raw (their ratio; goal
-// ≥ 0.95 at batches 100 and 500), raw-insert-cmds/op and
-// guarded-insert-cmds/op (insert commands the proxy received on each
-// collection), raw-other-cmds/op and guarded-other-cmds/op (any other
-// command on each collection: a read-back would show here), and
-// guarded-sent/stored (documents sent ÷ stored). Every document of both
-// variants must be stored; the benchmark fails otherwise.
+// Metrics: raw-docs/s, raw-id-docs/s and guarded-docs/s, guarded/raw
+// (goal ≥ 0.95 at batches 100 and 500) and guarded/raw-id,
+// <variant>-insert-cmds/op (insert commands the proxy received on each
+// collection), <variant>-other-cmds/op (any other command on each
+// collection: a read-back would show here), and guarded-sent/stored
+// (documents sent ÷ stored). Every document of every variant must be
+// stored; the benchmark fails otherwise.
 func BenchmarkEndToEnd(b *testing.B) {
 	for _, batch := range []int{1, 100, 500} {
 		for _, writers := range []int{1, 16} {
@@ -66,28 +68,36 @@ func BenchmarkEndToEnd(b *testing.B) {
 }
 
 func benchEndToEnd(b *testing.B, batch, writers int) {
-	names := [2]string{fmt.Sprintf("e2e_raw_%d_%d", batch, writers), fmt.Sprintf("e2e_guarded_%d_%d", batch, writers)}
+	names := [3]string{fmt.Sprintf("e2e_raw_%d_%d", batch, writers), fmt.Sprintf("e2e_rawid_%d_%d", batch, writers), fmt.Sprintf("e2e_guarded_%d_%d", batch, writers)}
 	p, client := upstreamProxy(b, false)
 	defer closeUpstream(p, client)
 	raw := client.Database(benchDB).Collection(names[0])
-	g, err := writeguard.Wrap(client.Database(benchDB).Collection(names[1]))
+	rawID := client.Database(benchDB).Collection(names[1])
+	g, err := writeguard.Wrap(client.Database(benchDB).Collection(names[2]))
 	if err != nil {
 		b.Fatal(err)
 	}
-	colls := [2]writeguard.Collection{raw, g}
+	colls := [3]writeguard.Collection{raw, rawID, g}
 	n := e2eDocs(batch)
 	// The documents of each writer, built once (untimed) and handed to
-	// both variants: neither changes them.
+	// raw and guarded (neither changes them), and the same with their
+	// _ids for raw-id (each run writes a freshly dropped collection).
 	work := make([][][]any, writers)
+	workID := make([][][]any, writers)
 	per := n / writers
 	for k := range writers {
 		for from := k * per; from < (k+1)*per; from += batch {
-			work[k] = append(work[k], orderLines(from, min(batch, (k+1)*per-from)))
+			docs := orderLines(from, min(batch, (k+1)*per-from))
+			withIDs := make([]any, len(docs))
+			for i, d := range docs {
+				withIDs[i] = withObjectID(d)
+			}
+			work[k], workID[k] = append(work[k], docs), append(workID[k], withIDs)
 		}
 	}
 	total := int64(per * writers)
 
-	var sums [2]e2eSide
+	var sums [3]e2eSide
 	iter := 0
 	for b.Loop() {
 		iter++
@@ -102,12 +112,16 @@ func benchEndToEnd(b *testing.B, batch, writers int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		var wg sync.WaitGroup
 		errs := make([]error, writers)
-		busy := make([][2]time.Duration, writers)
+		busy := make([][3]time.Duration, writers)
 		for k := range writers {
 			wg.Go(func() {
-				for j, docs := range work[k] {
-					for o := range 2 {
-						v := (j + o) % 2
+				for j := range work[k] {
+					for o := range 3 {
+						v := (j + o) % 3
+						docs := work[k][j]
+						if v == 1 {
+							docs = workID[k][j]
+						}
 						t0 := time.Now()
 						_, err := colls[v].InsertMany(ctx, docs)
 						busy[k][v] += time.Since(t0)
@@ -128,7 +142,7 @@ func benchEndToEnd(b *testing.B, batch, writers int) {
 			}
 		}
 		after := p.Stats()
-		var run [2]e2eSide
+		var run [3]e2eSide
 		for v, name := range names {
 			ns := benchDB + "." + name
 			stored, err := directClient(b).Database(benchDB).Collection(name).CountDocuments(context.Background(), bson.D{})
@@ -149,20 +163,21 @@ func benchEndToEnd(b *testing.B, batch, writers int) {
 			sums[v].inserts += run[v].inserts
 			sums[v].others += run[v].others
 		}
-		sums[1].docsSent += after.Documents["insert"] - before.Documents["insert"] - run[0].stored
+		sums[2].docsSent += after.Documents["insert"] - before.Documents["insert"] - run[0].stored - run[1].stored
 		b.StartTimer()
-		b.Logf("batch %3d, %2d writers: raw %6.0f docs/s (%d inserts), guarded %6.0f docs/s (%d inserts, %d other), guarded/raw %.3f",
-			batch, writers, rate(run[0], writers), run[0].inserts, rate(run[1], writers), run[1].inserts, run[1].others, rate(run[1], writers)/rate(run[0], writers))
+		b.Logf("batch %3d, %2d writers: raw %6.0f docs/s (%d inserts), raw-id %6.0f docs/s (%d inserts), guarded %6.0f docs/s (%d inserts, %d other), guarded/raw %.3f, guarded/raw-id %.3f",
+			batch, writers, rate(run[0], writers), run[0].inserts, rate(run[1], writers), run[1].inserts, rate(run[2], writers), run[2].inserts, run[2].others,
+			rate(run[2], writers)/rate(run[0], writers), rate(run[2], writers)/rate(run[1], writers))
 	}
 	k := float64(iter)
-	b.ReportMetric(rate(sums[0], writers), "raw-docs/s")
-	b.ReportMetric(rate(sums[1], writers), "guarded-docs/s")
-	b.ReportMetric(rate(sums[1], writers)/rate(sums[0], writers), "guarded/raw")
-	b.ReportMetric(float64(sums[0].inserts)/k, "raw-insert-cmds/op")
-	b.ReportMetric(float64(sums[1].inserts)/k, "guarded-insert-cmds/op")
-	b.ReportMetric(float64(sums[0].others)/k, "raw-other-cmds/op")
-	b.ReportMetric(float64(sums[1].others)/k, "guarded-other-cmds/op")
-	b.ReportMetric(float64(sums[1].docsSent)/float64(sums[1].stored), "guarded-sent/stored")
+	for v, name := range []string{"raw", "raw-id", "guarded"} {
+		b.ReportMetric(rate(sums[v], writers), name+"-docs/s")
+		b.ReportMetric(float64(sums[v].inserts)/k, name+"-insert-cmds/op")
+		b.ReportMetric(float64(sums[v].others)/k, name+"-other-cmds/op")
+	}
+	b.ReportMetric(rate(sums[2], writers)/rate(sums[0], writers), "guarded/raw")
+	b.ReportMetric(rate(sums[2], writers)/rate(sums[1], writers), "guarded/raw-id")
+	b.ReportMetric(float64(sums[2].docsSent)/float64(sums[2].stored), "guarded-sent/stored")
 }
 
 // rate is a side's documents per second at writers concurrent calls.
