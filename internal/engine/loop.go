@@ -127,10 +127,6 @@ func (c *Call) run(ctx context.Context) (any, error) {
 		}
 		delay = c.scheduleRetry(ctx)
 	}
-	if c.enc != nil { // not reached: every path above prepares the rest
-		c.enc.release()
-		c.enc = nil
-	}
 	c.flushDeadLetters(ctx)
 	return first, c.finish(ctx)
 }

@@ -88,16 +88,12 @@ func (c *Call) prepareNext(ctx context.Context, all bool) {
 // prepareDocs prepares the documents of the insert models of a bulk write
 // at once: docs[i] is the document of its[i].
 func (c *Call) prepareDocs(its []*item, docs []any) {
-	var enc *docEncoder
-	defer func() {
-		if enc != nil {
-			enc.release()
-		}
-	}()
+	if len(its) == 0 {
+		return
+	}
+	enc := c.e.newDocEncoder()
+	defer enc.release()
 	for i, it := range its {
-		if enc == nil {
-			enc = c.e.newDocEncoder()
-		}
 		c.prepareDoc(enc, it, docs[i], len(its)-i)
 	}
 }
