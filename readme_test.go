@@ -42,7 +42,7 @@ func readmeUsage(ctx context.Context, uri string, docs []any) error {
 		var r *writeguard.Report
 		if errors.As(err, &r) {
 			for _, o := range r.Outcomes {
-				// o.Index, o.ID, o.Disposition, o.Failure (code, labels, errInfo), o.Document
+				// o.Index, o.ID, o.Disposition, o.Failure (code, labels, errInfo), o.Document (unless stored)
 				_ = o
 			}
 		}
