@@ -108,16 +108,27 @@ func (c *Call) commands(ctx context.Context, batch []*item) [][]*item {
 	}
 	lim := c.limits(ctx)
 	var runs [][]*item
-	if c.ordered {
-		for i, it := range batch {
-			if i == 0 || it.cmd != batch[i-1].cmd {
-				runs = append(runs, nil)
+	var count [cmdKinds]int
+	for _, it := range batch {
+		count[it.cmd]++
+	}
+	switch {
+	case count[batch[0].cmd] == len(batch): // one kind (every insert call): one run
+		runs = [][]*item{batch}
+	case c.ordered: // consecutive runs of a kind: slices of batch
+		start := 0
+		for i := 1; i <= len(batch); i++ {
+			if i == len(batch) || batch[i].cmd != batch[start].cmd {
+				runs = append(runs, batch[start:i:i])
+				start = i
 			}
-			runs[len(runs)-1] = append(runs[len(runs)-1], it)
 		}
-	} else {
+	default:
 		var byKind [cmdKinds][]*item
 		for _, it := range batch {
+			if byKind[it.cmd] == nil {
+				byKind[it.cmd] = make([]*item, 0, count[it.cmd])
+			}
 			byKind[it.cmd] = append(byKind[it.cmd], it)
 		}
 		for _, r := range byKind {
