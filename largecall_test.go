@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -289,5 +291,143 @@ func TestContextEndsInOrderedWindow(t *testing.T) {
 	}
 	if tg.calls != 3 || counts[writeguard.NotAttempted] == 0 {
 		t.Errorf("%d commands, dispositions %v; want 3 commands and the rest not_attempted", tg.calls, counts)
+	}
+}
+
+// Limits too small for any statement (a maxMessageSizeBytes under the
+// 16 KiB margin) still move the call on: one document per command, the
+// call returns.
+func TestLargeCallTinyLimits(t *testing.T) {
+	var encoded atomic.Int64
+	fake := mocks.NewFake("db.large").Limits(0, 10000)
+	g, err := writeguard.New(fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := g.InsertMany(ctx, countedDocs(30, &encoded)); err != nil {
+		t.Fatal(err)
+	}
+	if len(fake.Calls()) != 30 || len(fake.Docs()) != 30 {
+		t.Errorf("%d commands, %d stored; want one command per document, 30", len(fake.Calls()), len(fake.Docs()))
+	}
+}
+
+// panicDoc is a document whose MarshalBSON panics.
+type panicDoc struct{}
+
+func (panicDoc) MarshalBSON() ([]byte, error) { panic("boom") }
+
+// A document whose encoder panics, met after earlier commands stored
+// their documents, fails alone with a *PanicError: the call returns its
+// Report (the stored documents written, an ordered call's tail
+// not_attempted), and sending the call again with the document mended
+// stores nothing twice.
+func TestLargeCallEncoderPanics(t *testing.T) {
+	for _, ordered := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ordered=%v", ordered), func(t *testing.T) {
+			fake := mocks.NewFake("db.large").Limits(7, 0)
+			g, err := writeguard.New(fake)
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs := make([]any, 30)
+			for i := range docs {
+				docs[i] = bson.D{{Key: "n", Value: i}}
+			}
+			docs[20] = panicDoc{}
+			_, err = g.InsertMany(context.Background(), docs, options.InsertMany().SetOrdered(ordered))
+			var r *writeguard.Report
+			if !errors.As(err, &r) {
+				t.Fatalf("err = %v, want a *Report", err)
+			}
+			var p *writeguard.PanicError
+			if o := r.Outcomes[20]; o.Disposition != writeguard.Failed || o.Failure == nil || !errors.As(o.Failure.Err, &p) {
+				t.Fatalf("outcome 20: %s, failure %v; want failed with a *PanicError", o.Disposition, o.Failure)
+			}
+			wantAfter, stored := writeguard.Written, 29
+			if ordered {
+				wantAfter, stored = writeguard.NotAttempted, 20
+			}
+			for _, o := range r.Outcomes {
+				if want := map[bool]writeguard.Disposition{true: writeguard.Written, false: wantAfter}[o.Index < 20]; o.Index != 20 && o.Disposition != want {
+					t.Errorf("outcome %d: %s, want %s", o.Index, o.Disposition, want)
+				}
+			}
+			if len(fake.Docs()) != stored {
+				t.Errorf("%d stored, want %d", len(fake.Docs()), stored)
+			}
+			rm := r.Remaining()
+			if _, err := g.InsertMany(rm.Context(context.Background()), rm.Documents); ordered && err != nil {
+				t.Fatal(err)
+			}
+			if len(fake.Docs()) != 29 {
+				t.Errorf("%d stored after finishing, want 29 (each once)", len(fake.Docs()))
+			}
+		})
+	}
+}
+
+// An ordered write that stopped reports its whole untouched tail
+// not_attempted, including the documents after the stop that could not be
+// prepared (with their failure) or are too large (not dead-lettered: the
+// write never reached them).
+func TestOrderedTailUntouched(t *testing.T) {
+	fake := mocks.NewFake("db.tail").Limits(7, 0)
+	sink := &mocks.Sink{}
+	g, err := writeguard.New(fake, writeguard.WithDeadLetter(sink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := make([]any, 40)
+	for i := range docs {
+		docs[i] = bson.D{{Key: "n", Value: i}}
+	}
+	docs[10] = bson.D{{Key: "c", Value: make(chan int)}}                // cannot be encoded: the write stops
+	docs[12] = bson.D{{Key: "c", Value: make(chan int)}}                // in the same command
+	docs[30] = bson.D{{Key: "c", Value: make(chan int)}}                // in a later one
+	docs[35] = bson.D{{Key: "big", Value: strings.Repeat("x", 17<<20)}} // too large
+	_, err = g.InsertMany(context.Background(), docs)
+	var r *writeguard.Report
+	if !errors.As(err, &r) {
+		t.Fatalf("err = %v, want a *Report", err)
+	}
+	for _, o := range r.Outcomes {
+		switch {
+		case o.Index < 10 && o.Disposition != writeguard.Written,
+			o.Index == 10 && o.Disposition != writeguard.Failed,
+			o.Index > 10 && o.Disposition != writeguard.NotAttempted:
+			t.Errorf("outcome %d: %s", o.Index, o.Disposition)
+		}
+	}
+	for _, i := range []int{12, 30, 35} {
+		if o := r.Outcomes[i]; o.Failure == nil || o.Reason != writeguard.ReasonOrderedStop {
+			t.Errorf("outcome %d: failure %v, reason %s; want its prepare failure and ordered_stop", i, o.Failure, o.Reason)
+		}
+	}
+	if n := len(sink.Envelopes()); n != 0 {
+		t.Errorf("%d envelopes, want none (the write never reached the large document)", n)
+	}
+}
+
+// Caller bytes with bytes after their declared length: the document is
+// what the length declares, as the driver sends it.
+func TestRawTrailingBytes(t *testing.T) {
+	fake := mocks.NewFake("db.raw")
+	g, err := writeguard.New(fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := bson.Marshal(bson.D{{Key: "a", Value: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.InsertMany(context.Background(), []any{bson.Raw(append(doc, 0xde, 0xad)), bson.D{{Key: "b", Value: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	stored := fake.Docs()
+	if len(stored) != 2 || stored[0].Validate() != nil || stored[0].Lookup("a").Int32() != 1 || len(stored[0]) != len(doc)+17 {
+		t.Errorf("stored %v, want the declared document with its _id", stored)
 	}
 }

@@ -247,7 +247,7 @@ func WithUnacknowledged() Option {
 // documents with: give the one the collection was configured with
 // (options.Client().SetRegistry, options.Collection().SetRegistry, or the
 // database's). writeguard encodes each inserted document itself, once,
-// before the first attempt (it needs the document's bytes and _id to
+// before its first attempt (it needs the document's bytes and _id to
 // resolve an ambiguous attempt, compare a duplicate key with its own
 // write and dead-letter it), and the driver sends those bytes as they are;
 // *mongo.Collection does not expose its registry, so without this option
@@ -326,7 +326,7 @@ const idempotentKey ctxKey = 1
 // "written_unconfirmed" after a write concern error) instead of being
 // re-sent, because re-sending an $inc applies it twice. IdempotentModels
 // marks some models of a call only. Insert models never need it:
-// writeguard assigns their _id before the first attempt.
+// writeguard assigns each one its _id before its first attempt.
 func WithIdempotent(ctx context.Context) context.Context {
 	if ctx == nil {
 		ctx = context.Background() // as the guarded methods take a nil ctx

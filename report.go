@@ -131,7 +131,8 @@ type Outcome struct {
 	// nothing is lost when a write or a dead-letter hand-off fails and
 	// Remaining can send it again; nil for a stored insert (written,
 	// already_written: the call lets its bytes go as soon as it is
-	// stored, and ID names it) and for other models.
+	// stored, and ID names it), for a document that could not be encoded
+	// (its ID is nil too; Failure says why) and for other models.
 	Document bson.Raw
 	// Model is the caller's write model (BulkWrite), or the write of a
 	// method of one write as a model (UpdateOne: an UpdateOneModel, ...;

@@ -80,10 +80,12 @@ func guard[T any](g *Guarded, ctx context.Context, m method[T]) (*T, error) {
 // _id before the first attempt when it has none (the caller's value is not
 // modified), so retries cannot insert it twice.
 //
-// On success it returns exactly what the driver returns. Otherwise it
-// returns a *Report; the result is non-nil, with the _id, when the document
-// is stored (already_written, written_unconfirmed); its InsertedID is the
-// Go value the driver returns for that _id (policy.IDValue) on every path.
+// When the document ends written or already_written it returns the result
+// and nil: exactly what the driver returned when the first attempt wrote
+// it. Otherwise it returns a *Report, and a non-nil result, with the _id,
+// when the document is stored all the same (written_unconfirmed). The
+// InsertedID is the Go value the driver returns for that _id
+// (policy.IDValue) on every path.
 // Inside a transaction it makes one attempt and returns the driver's
 // result and error unchanged. A nil ctx is context.Background(), as in the
 // driver.
@@ -116,10 +118,16 @@ func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.L
 }
 
 // InsertMany inserts documents (a non-empty slice) through the policy
-// chain. Every document without an _id gets one before the first attempt
-// (the caller's values are not modified). Only documents that failed
-// transiently are re-sent, with the same _id; original indices are kept
-// through every retry; an ordered write resumes after a handled document.
+// chain. Every document without an _id gets one before its first attempt
+// (the caller's values are not modified). Documents are encoded as the
+// call goes, each just before the first command that carries it (one
+// command ahead), so a call larger than one command calls a document's
+// MarshalBSON after earlier commands were sent; a document that fails to
+// encode, or whose encoder panics (a *PanicError), fails alone. Only
+// documents that failed transiently are re-sent, with the same _id;
+// original indices are kept through every retry; an ordered write resumes
+// after a handled document and reports its untouched tail not_attempted
+// after an unhandled one.
 //
 // On success it returns exactly what the driver returns (or, after
 // retries, a result listing every document's _id in input order).

@@ -312,6 +312,9 @@ func (c *Call) carryOut(ctx context.Context, td *todo, fallback policy.Dispositi
 // routePrefailed routes the documents that failed before any attempt
 // (marshal errors, oversized documents): a client-side verdict on one
 // document is Invalid (dead-lettered when there are bytes to store).
+//
+// An ordered write ends at the first of them that ends unhandled: those
+// after it stay prefailed, part of the tail stopOrdered gives up.
 func (c *Call) routePrefailed(ctx context.Context, its []*item) {
 	var invalid []*item
 	for _, it := range its {
@@ -325,13 +328,18 @@ func (c *Call) routePrefailed(ctx context.Context, its []*item) {
 		}
 		it.reason = ReasonNotSent
 		c.settle(it, policy.Failed)
+		if c.ordered {
+			break
+		}
 	}
 	c.park(ctx, invalid)
 }
 
 // stopOrdered ends an ordered write at its first unhandled document: the
-// pending documents after it are given up (policy.GiveUp, StopOrdered),
-// prepared first so that the Report has each one's _id and bytes.
+// documents after it that are not done are given up (policy.GiveUp,
+// StopOrdered: not_attempted), prepared first so that the Report has each
+// one's _id and bytes; one that fails to prepare is given up as well,
+// with that failure, since the write never reached it.
 func (c *Call) stopOrdered(ctx context.Context) {
 	if !c.ordered {
 		return
@@ -346,10 +354,10 @@ func (c *Call) stopOrdered(ctx context.Context) {
 	if stop < 0 {
 		return
 	}
-	c.prepareAhead(ctx, true)
+	c.prepareNext(ctx, true)
 	var tail []*item
 	for _, it := range c.items[stop+1:] {
-		if it.live() {
+		if it.live() || it.state == prefailed {
 			tail = append(tail, it)
 		}
 	}
@@ -365,7 +373,7 @@ func (c *Call) giveUp(ctx context.Context, its []*item, why StopReason) {
 	canRead := ctx.Err() == nil
 	fallback := ReadBackFallback(why)
 	for _, it := range its {
-		if !it.live() {
+		if !it.live() && it.state != prefailed {
 			continue
 		}
 		it.reason = why.Reason()

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -43,8 +44,10 @@ func (c *Call) PrepareDocs(docs []any) {
 // until the prepared documents not sent yet fill one command (the
 // server's maxWriteBatchSize documents, or maxMessageSizeBytes -
 // CommandMargin bytes and one more), or all of them with all set, then
-// routes those that failed to prepare. Each document still gets its _id
-// before the first attempt that sends it.
+// routes those that failed to prepare. It prepares at least one document
+// when none is prepared ahead (whatever the limits say), so that every
+// pass of the loop moves on. Each document still gets its _id before the
+// first attempt that sends it.
 func (c *Call) prepareAhead(ctx context.Context, all bool) {
 	start := c.next
 	c.prepareNext(ctx, all)
@@ -70,7 +73,7 @@ func (c *Call) prepareNext(ctx context.Context, all bool) {
 			n, size = n+1, size+len(c.items[i].doc)
 		}
 	}
-	for c.next < len(c.items) && (all || n < lim.MaxWriteBatchSize && size <= budget) {
+	for c.next < len(c.items) && (all || n == 0 || n < lim.MaxWriteBatchSize && size <= budget) {
 		it := c.items[c.next]
 		c.prepareDoc(c.enc, it, c.inputs[c.next], len(c.items)-c.next)
 		c.inputs[c.next] = nil // the caller's value is no longer needed here
@@ -103,8 +106,11 @@ func (c *Call) prepareDocs(its []*item, docs []any) {
 // none (one encoding and one copy, the encoder's buffer into the arena; no
 // per-document allocation: Batch.Doc hands it to the driver as a sendDoc).
 // The caller's own bytes (bson.Raw, []byte) are checked and sent as they
-// are when they carry an _id. remaining is the number of documents from
-// this one on (the arena's estimate).
+// are when they carry an _id. A panic of the caller's encoder (a
+// MarshalBSON) fails this document alone, as a *PanicError: the others
+// of the call, some of them maybe stored already, keep their outcomes.
+// remaining is the number of documents from this one on (the arena's
+// estimate).
 func (c *Call) prepareDoc(enc *docEncoder, it *item, doc any, remaining int) {
 	it.kind = KindInsert
 	var err error
@@ -120,8 +126,15 @@ func (c *Call) prepareDoc(enc *docEncoder, it *item, doc any, remaining int) {
 			err = fmt.Errorf("%w (a nil %T)", mongo.ErrNilDocument, doc)
 			break
 		}
-		it.doc, it.id, it.idAssigned, err = enc.encode(doc, remaining)
-		if err != nil {
+		err = recovered("the document's encoder", func() (err error) {
+			it.doc, it.id, it.idAssigned, err = enc.encode(doc, remaining)
+			return err
+		})
+		var p *PanicError
+		switch {
+		case errors.As(err, &p):
+			enc.reset() // the value writer may be in the middle of a document
+		case err != nil:
 			err = mongo.MarshalError{Value: doc, Err: err}
 		}
 	}
@@ -140,6 +153,10 @@ func (c *Call) prepareRaw(it *item, raw bson.Raw) error {
 	if err := raw.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidBSON, err)
 	}
+	// Validate reads the document its length prefix declares and the
+	// driver sends that much (bson.copyDocumentFromBytes): bytes after it
+	// are not part of the document.
+	raw = raw[:binary.LittleEndian.Uint32(raw)]
 	if id, err := raw.LookupErr("_id"); err == nil {
 		it.doc, it.id = raw, id
 		return nil
@@ -207,6 +224,10 @@ func (e *docEncoder) release() {
 // not pooled.
 const maxPooledDoc = 64 << 10
 
+// reset starts a fresh value writer after a failed encoding: the old one
+// may be in the middle of a document.
+func (e *docEncoder) reset() { e.enc = e.make(&e.a) }
+
 // encode encodes doc (remaining documents of the call from this one on:
 // remaining) with the engine's encoder (Config.NewEncoder; by default the
 // default registry, as bson.Marshal does) into the arena, with a new ObjectID _id first when it has none. The result is
@@ -215,9 +236,7 @@ const maxPooledDoc = 64 << 10
 func (e *docEncoder) encode(doc any, remaining int) (bson.Raw, bson.RawValue, bool, error) {
 	e.a.remaining, e.a.writes = remaining, 0
 	if err := e.enc.Encode(doc); err != nil {
-		// The value writer may be in the middle of a document: start a
-		// fresh one for the next document.
-		e.enc = e.make(&e.a)
+		e.reset()
 		return nil, bson.RawValue{}, false, err
 	}
 	if e.a.writes != 1 {
