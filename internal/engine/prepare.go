@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"runtime/debug"
 	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -126,15 +127,8 @@ func (c *Call) prepareDoc(enc *docEncoder, it *item, doc any, remaining int) {
 			err = fmt.Errorf("%w (a nil %T)", mongo.ErrNilDocument, doc)
 			break
 		}
-		err = recovered("the document's encoder", func() (err error) {
-			it.doc, it.id, it.idAssigned, err = enc.encode(doc, remaining)
-			return err
-		})
-		var p *PanicError
-		switch {
-		case errors.As(err, &p):
-			enc.reset() // the value writer may be in the middle of a document
-		case err != nil:
+		it.doc, it.id, it.idAssigned, err = enc.encode(doc, remaining)
+		if _, panicked := err.(*PanicError); err != nil && !panicked {
 			err = mongo.MarshalError{Value: doc, Err: err}
 		}
 	}
@@ -233,7 +227,18 @@ func (e *docEncoder) reset() { e.enc = e.make(&e.a) }
 // default registry, as bson.Marshal does) into the arena, with a new ObjectID _id first when it has none. The result is
 // the document's bytes in the arena, its _id, and whether the _id is
 // writeguard's.
-func (e *docEncoder) encode(doc any, remaining int) (bson.Raw, bson.RawValue, bool, error) {
+//
+// A panic of the document's own encoder (a MarshalBSON) is returned as a
+// *PanicError (recovered here, in a defer of this function, so that the
+// happy path allocates nothing for it).
+func (e *docEncoder) encode(doc any, remaining int) (raw bson.Raw, id bson.RawValue, assigned bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.reset() // the value writer may be in the middle of a document
+			raw, id, assigned = nil, bson.RawValue{}, false
+			err = &PanicError{What: "the document's encoder", Value: r, stack: debug.Stack()}
+		}
+	}()
 	e.a.remaining, e.a.writes = remaining, 0
 	if err := e.enc.Encode(doc); err != nil {
 		e.reset()
