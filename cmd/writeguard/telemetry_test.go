@@ -25,9 +25,13 @@ import (
 // reportCounts is the demo report's count per disposition, by the
 // disposition's name in writeguard.disposition (zero counts left out).
 func reportCounts(r *demo.Result) map[string]int {
+	// The report counts a duplicate row that writeguard reported
+	// already_written (it met its twin's write after a lost reply and read
+	// it back identical) as a conflict (DuplicatesReadBack); the telemetry
+	// carries writeguard's own disposition.
 	m := map[string]int{
-		"written": r.Written, "already_written": r.AlreadyWritten, "dead_lettered": r.DeadLettered,
-		"conflict_skipped": r.Conflicts, "failed": r.Failed, "exhausted": r.Exhausted,
+		"written": r.Written, "already_written": r.AlreadyWritten + r.DuplicatesReadBack, "dead_lettered": r.DeadLettered,
+		"conflict_skipped": r.Conflicts - r.DuplicatesReadBack, "failed": r.Failed, "exhausted": r.Exhausted,
 		"unknown": r.Unknown, "not_attempted": r.NotAttempted,
 	}
 	for k, v := range r.Other {

@@ -262,9 +262,10 @@ func GiveUp(f GiveUpFacts) Decision {
 		return Decision{Action: ReadBack, Rule: "maybe_applied_read_back"}
 	case f.EverMaybe:
 		return settle(policy.OutcomeUnknown, "maybe_applied")
-	case f.Reason == StopOrdered || f.Reason == StopConfiguration:
-		return settle(policy.NotAttempted, "not_executed")
 	}
+	// Sent, and every attempt proved it not applied (a command rejected
+	// as a whole, say): exhausted, whatever stopped it (its Reason says
+	// what), never not_attempted, which claims it was never sent.
 	return settle(policy.Exhausted, "retries_spent")
 }
 

@@ -166,6 +166,8 @@ func TestGiveUpExhaustive(t *testing.T) {
 							switch {
 							case !sent && d.Disposition != policy.NotAttempted:
 								t.Errorf("never sent but not not_attempted: %s", name)
+							case sent && d.Disposition == policy.NotAttempted:
+								t.Errorf("sent but not_attempted: %s", name)
 							case sent && unconf && d.Disposition != policy.WrittenUnconfirmed:
 								t.Errorf("applied with a write concern error but not written_unconfirmed: %s", name)
 							case sent && f.EverMaybe && !unconf && (d.Disposition == policy.Exhausted || d.Disposition == policy.NotAttempted):
