@@ -75,7 +75,6 @@ type bisection struct {
 	sentHalf bool    // the last attempt sent a half of suspect
 	left     int     // bisection commands left to the call
 	started  bool    // left has been set
-	kind     string  // FailureKind of the failure the bisection hunts (set when it starts)
 	lastKind string  // FailureKind of the previous attempt's whole-command failure of ≥ 2 documents
 	lastSeen int64   // Engine.health when that failure was read
 	isolated map[*item]bool
@@ -183,13 +182,10 @@ func (c *Call) observe(batch []*item, err error) {
 		case whole == nil:
 			// The half was executed: the poison is among the others.
 			b.suspect = without(liveOf(b.suspect), batch)
-		case !halfProves(whole, c.e.cfg.Classifier.Classify(*whole), b.kind):
-			// Nothing reached the server, it asked to slow down, or a
-			// transient failure other than the one the bisection hunts (a
-			// write conflict on the half): the half proved nothing either
-			// way; it goes again after the backoff, and the bisection
-			// command is given back. Narrowing to it would chase the
-			// other half's poison.
+		case !poisonSuspect(whole, c.e.cfg.Classifier.Classify(*whole)).possible:
+			// Nothing reached the server, or it asked to slow down: the
+			// half proved nothing either way; it goes again after the
+			// backoff, and the bisection command is given back.
 			b.commands--
 			b.left++
 		default:
@@ -232,7 +228,7 @@ func (c *Call) observe(batch []*item, err error) {
 		return
 	}
 	if cand := liveOf(batch); len(cand) >= 2 {
-		b.active, b.suspect, b.kind = true, cand, kind
+		b.active, b.suspect = true, cand
 	}
 }
 
@@ -265,16 +261,6 @@ func (c *Call) bisectDecision(v verdict) (Decision, bool) {
 		return Decision{}, false
 	}
 	return Decision{Action: Retry, Rule: RuleBisect}, true
-}
-
-// halfProves reports whether a half's whole-command failure f (of class
-// class) proves a poison document among the half: a failure that is a
-// verdict on one document (poisonSuspect's deterministic), or the very
-// kind of failure the bisection hunts (kind: a repeated failure that
-// started it).
-func halfProves(f *policy.Failure, class policy.Class, kind string) bool {
-	s := poisonSuspect(f, class)
-	return s.deterministic || s.possible && FailureKind(f) == kind
 }
 
 // suspicion says whether a whole-command failure may come from a poison
