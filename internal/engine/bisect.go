@@ -78,16 +78,7 @@ type bisection struct {
 	lastKind string  // FailureKind of the previous attempt's whole-command failure of ≥ 2 documents
 	lastSeen int64   // Engine.health when that failure was read
 	isolated map[*item]bool
-	commands int // bisection commands made
 }
-
-// Bisections returns the number of commands the call sent to narrow down
-// poison documents (0 when it never bisected).
-func (c *Call) Bisections() int { return c.ext.bis.commands }
-
-// Isolated reports whether input i was isolated by bisection (sent alone
-// because commands carrying it failed as a whole).
-func (c *Call) Isolated(i int) bool { return c.ext.bis.isolated[c.items[i]] }
 
 // narrow returns the documents of batch (the documents waiting, in input
 // order, cut to an ordered write's window) that the next attempt sends:
@@ -176,7 +167,6 @@ func (c *Call) observe(batch []*item, err error) {
 	}
 	if b.sentHalf {
 		b.sentHalf = false
-		b.commands++
 		b.left--
 		switch {
 		case whole == nil:
@@ -186,7 +176,6 @@ func (c *Call) observe(batch []*item, err error) {
 			// Nothing reached the server, or it asked to slow down: the
 			// half proved nothing either way; it goes again after the
 			// backoff, and the bisection command is given back.
-			b.commands--
 			b.left++
 		default:
 			b.suspect = liveOf(batch)

@@ -371,7 +371,7 @@ func (c *Call) giveUp(ctx context.Context, its []*item, why StopReason) {
 	}
 	var td todo
 	canRead := ctx.Err() == nil
-	fallback := ReadBackFallback(why)
+	fallback := ReadBackFallback()
 	for _, it := range its {
 		if !it.live() && it.state != prefailed {
 			continue
