@@ -96,13 +96,11 @@ func (rm *Remaining) Context(ctx context.Context) context.Context {
 
 type maybeAppliedKey struct{}
 
-// marks hands the call's side-channel marks in ctx to the engine:
-// IdempotentModels, and the maybe-applied inputs of Remaining.Context.
-func marks(ctx context.Context, c *engine.Call) {
-	c.SetIdempotentModels(idempotentModels(ctx))
-	if v, ok := ctx.Value(maybeAppliedKey{}).([]int); ok {
-		c.SetMaybeApplied(v)
-	}
+// maybeApplied returns the inputs ctx marks as maybe applied by an
+// earlier call (Remaining.Context), for engine.Spec.MaybeApplied.
+func maybeApplied(ctx context.Context) []int {
+	v, _ := ctx.Value(maybeAppliedKey{}).([]int)
+	return v
 }
 
 // Remaining returns the unfinished part of the call, ready to pass to the

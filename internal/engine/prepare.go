@@ -29,12 +29,12 @@ var (
 	ErrInvalidBSON = errors.New("invalid BSON document")
 )
 
-// PrepareDocs takes the documents of an insert call: docs[i] is input i
-// (len(docs) == Len()); the call takes docs over and clears each entry
-// once it is prepared. They are prepared as the call goes (prepareAhead):
-// each one before the first command that carries it, so a call holds the
-// prepared bytes of the documents still undecided, not of all of them.
-func (c *Call) PrepareDocs(docs []any) {
+// takeDocs takes the documents of an insert call (Inputs.Docs): docs[i]
+// is input i; the call takes docs over and clears each entry once it is
+// prepared. They are prepared as the call goes (prepareAhead): each one
+// before the first command that carries it, so a call holds the prepared
+// bytes of the documents still undecided, not of all of them.
+func (c *Call) takeDocs(docs []any) {
 	for _, it := range c.items {
 		it.kind = KindInsert
 	}
@@ -334,11 +334,12 @@ func appendWithID(dst []byte, raw bson.Raw, oid bson.ObjectID) []byte {
 	return dst
 }
 
-// PrepareModels reads every model's kind, prepares the documents of the
-// insert models together (prepareDocs) and sends each insert model as a
-// copy holding its prepared document; other models are sent as they are.
-// A nil or unsupported model is an error naming its index.
-func (c *Call) PrepareModels(models []mongo.WriteModel) error {
+// prepareModels reads every model's kind (Inputs.Models, which passed
+// CheckModels), prepares the documents of the insert models together
+// (prepareDocs) and sends each insert model as a copy holding its
+// prepared document; other models are sent as they are. A nil or
+// unsupported model is an error naming its index.
+func (c *Call) prepareModels(models []mongo.WriteModel) error {
 	var inserts []*item
 	var docs []any
 	for i, m := range models {
@@ -368,28 +369,50 @@ func nilValue(v any) bool {
 	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
-// prepareModel records the kind of one model.
-func (c *Call) prepareModel(it *item, m mongo.WriteModel) error {
-	i := it.index
-	if m != nil && nilValue(m) {
-		return fmt.Errorf("invalid model at index %d: a nil %T: %w", i, m, mongo.ErrNilDocument)
+// CheckModels checks the write models of a call as the driver does before
+// it sends anything: a nil model, a typed nil pointer, or a model of a type
+// other than the driver's six (InsertOneModel, UpdateOneModel,
+// UpdateManyModel, ReplaceOneModel, DeleteOneModel, DeleteManyModel) is an
+// invalid argument, and the error names its index. Inputs.Models must pass
+// it.
+func CheckModels(models []mongo.WriteModel) error {
+	for i, m := range models {
+		if _, _, err := kindOf(i, m); err != nil {
+			return err
+		}
 	}
-	it.model, it.send, it.cmd = m, m, cmdOf(m)
+	return nil
+}
+
+// kindOf returns the kind of model m, at index i of its call, and whether
+// it is an upsert; or the invalid-argument error naming i.
+func kindOf(i int, m mongo.WriteModel) (kind Kind, upsert bool, err error) {
+	if m != nil && nilValue(m) {
+		return 0, false, fmt.Errorf("invalid model at index %d: a nil %T: %w", i, m, mongo.ErrNilDocument)
+	}
 	switch mm := m.(type) {
 	case *mongo.InsertOneModel:
-		it.kind = KindInsert
+		return KindInsert, false, nil
 	case *mongo.UpdateOneModel:
-		it.kind, it.upsert = KindUpdate, mm.Upsert != nil && *mm.Upsert
+		return KindUpdate, mm.Upsert != nil && *mm.Upsert, nil
 	case *mongo.UpdateManyModel:
-		it.kind, it.upsert = KindUpdate, mm.Upsert != nil && *mm.Upsert
+		return KindUpdate, mm.Upsert != nil && *mm.Upsert, nil
 	case *mongo.ReplaceOneModel:
-		it.kind, it.upsert = KindReplace, mm.Upsert != nil && *mm.Upsert
+		return KindReplace, mm.Upsert != nil && *mm.Upsert, nil
 	case *mongo.DeleteOneModel, *mongo.DeleteManyModel:
-		it.kind = KindDelete
+		return KindDelete, false, nil
 	case nil:
-		return fmt.Errorf("invalid model at index %d: %w", i, mongo.ErrNilDocument)
-	default:
-		return fmt.Errorf("invalid model at index %d: unsupported write model %T", i, m)
+		return 0, false, fmt.Errorf("invalid model at index %d: %w", i, mongo.ErrNilDocument)
 	}
+	return 0, false, fmt.Errorf("invalid model at index %d: unsupported write model %T", i, m)
+}
+
+// prepareModel records the kind of one model (kindOf).
+func (c *Call) prepareModel(it *item, m mongo.WriteModel) error {
+	kind, upsert, err := kindOf(it.index, m)
+	if err != nil {
+		return err
+	}
+	it.model, it.send, it.cmd, it.kind, it.upsert = m, m, cmdOf(m), kind, upsert
 	return nil
 }
