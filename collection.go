@@ -166,6 +166,7 @@ func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 		UniqueID: engine.UniqueID(t, cfg.uniqueID), Limits: engine.LimitsOf(t),
 		Settled:    cfg.breaker.settled(g.Namespace(), cfg.logger, cfg.clock), // breaker.go
 		NewEncoder: driveropts.Encoder(cfg.registry, cfg.bsonOpts),
+		Panicked:   newPanicError, // panic.go
 	})
 	return g, nil
 }

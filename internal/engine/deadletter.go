@@ -127,7 +127,7 @@ func (c *Call) put(ctx context.Context, sink envelope.Sink, envs []envelope.Enve
 		// envelope.PutEach: per envelope when the sink can say it
 		// (envelope.PartialSink), else Put's error for every one.
 		var each []error
-		perr := recovered("dead-letter sink", func() error {
+		perr := e.recovered("dead-letter sink", func() error {
 			each = envelope.PutEach(dctx, sink, sub)
 			return nil
 		})

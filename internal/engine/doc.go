@@ -8,7 +8,11 @@
 // engine never imports the root package (.ci/run checks it); what it
 // needs from the root it declares: Reader (read-backs), Resolver (the
 // conflict handler), Config.Report (the error of a call that did not write
-// everything).
+// everything), Config.Panicked (the error of a recovered panic: the root's
+// *PanicError, built where the panic is recovered, so that the Report and
+// the hooks' events carry the same value). The root lifts the rest of what
+// a call proved at its one return (Result -> Report: the engine's Reason
+// into its own).
 //
 // # The loop (loop.go, Call.run)
 //
@@ -85,7 +89,7 @@
 // flushDeadLetters -> deadLetter -> put (retrySide, side.go) ->
 // envelope.PutEach (Config.Sink) -> settle (dead_lettered) -> finish
 // (result.go) -> Config.Report. Every step is in this package; the root is
-// entered again only by Send and Report.
+// entered again only by Send, Report and Panicked.
 //
 // The rules (rules.go: Route, GiveUp, AfterReadBack, AttemptLimit,
 // OrderedWindow, ReadBackFallback, Charged) are pure functions with

@@ -138,13 +138,14 @@ func (c *Call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 // sendOnce calls Send. A panic raised while the Target runs (the driver
 // indexes its models by the index the server sent, and a reply that does
 // not fit its command can make it index out of range) is recovered and
-// becomes the attempt's error, a *PanicError with its stack: an error of
+// becomes the attempt's error, Config.Panicked's (the root's *PanicError,
+// with its stack): an error of
 // no driver shape, so every document of the batch is maybe applied
 // (policy.ShapeUnrecognized) and the process lives on.
 func (c *Call) sendOnce(ctx context.Context, batch []*item) (res any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			res, err = nil, &PanicError{What: "target", Value: r, stack: debug.Stack()}
+			res, err = nil, c.e.cfg.Panicked("target", r, debug.Stack())
 		}
 	}()
 	return c.send(ctx, batch)

@@ -108,7 +108,8 @@ func (c *Call) prepareDocs(its []*item, docs []any) {
 // per-document allocation: Batch.Doc hands it to the driver as a sendDoc).
 // The caller's own bytes (bson.Raw, []byte) are checked and sent as they
 // are when they carry an _id. A panic of the caller's encoder (a
-// MarshalBSON) fails this document alone, as a *PanicError: the others
+// MarshalBSON) fails this document alone, with Config.Panicked's error
+// (the root's *PanicError): the others
 // of the call, some of them maybe stored already, keep their outcomes.
 // remaining is the number of documents from this one on (the arena's
 // estimate).
@@ -128,7 +129,9 @@ func (c *Call) prepareDoc(enc *docEncoder, it *item, doc any, remaining int) {
 			break
 		}
 		it.doc, it.id, it.idAssigned, err = enc.encode(doc, remaining)
-		if _, panicked := err.(*PanicError); err != nil && !panicked {
+		if p, panicked := err.(*encoderPanic); panicked {
+			err = c.e.cfg.Panicked("the document's encoder", p.value, p.stack)
+		} else if err != nil {
 			err = mongo.MarshalError{Value: doc, Err: err}
 		}
 	}
@@ -229,14 +232,14 @@ func (e *docEncoder) reset() { e.enc = e.make(&e.a) }
 // writeguard's.
 //
 // A panic of the document's own encoder (a MarshalBSON) is returned as a
-// *PanicError (recovered here, in a defer of this function, so that the
+// *encoderPanic (recovered here, in a defer of this function, so that the
 // happy path allocates nothing for it).
 func (e *docEncoder) encode(doc any, remaining int) (raw bson.Raw, id bson.RawValue, assigned bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			e.reset() // the value writer may be in the middle of a document
 			raw, id, assigned = nil, bson.RawValue{}, false
-			err = &PanicError{What: "the document's encoder", Value: r, stack: debug.Stack()}
+			err = &encoderPanic{value: r, stack: debug.Stack()}
 		}
 	}()
 	e.a.remaining, e.a.writes = remaining, 0

@@ -3,9 +3,9 @@ package engine
 import "strconv"
 
 // Reason says why an input ended without being stored or handled: why its
-// retries stopped, or why it was never retried. The root re-exports it as
-// writeguard.Reason, in Outcome.Reason. ReasonNone for inputs stored or
-// handled.
+// retries stopped, or why it was never retried (Result.Reason). The root
+// lifts each into its own writeguard.Reason of the same name, in
+// Outcome.Reason. ReasonNone for inputs stored or handled.
 type Reason uint8
 
 // The reasons.
