@@ -41,7 +41,7 @@ func (c *Call) takeDocs(docs []any) {
 	c.inputs, c.next = docs, 0
 }
 
-// prepareAhead prepares the next documents of PrepareDocs in input order,
+// prepareAhead prepares the next documents of takeDocs in input order,
 // until the prepared documents not sent yet fill one command (the
 // server's maxWriteBatchSize documents, or maxMessageSizeBytes -
 // CommandMargin bytes and one more), or all of them with all set, then
