@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -86,35 +85,14 @@ const (
 // String returns the reason's name: "", attempts_spent, max_elapsed,
 // budget_refused, deadline, ordered_stop, configuration, not_sent,
 // not_retried, not_resendable, sink_failed; "reason(N)" for a value
-// outside the list.
-func (r Reason) String() string {
-	names := [...]string{"", "attempts_spent", "max_elapsed", "budget_refused", "deadline", "ordered_stop",
-		"configuration", "not_sent", "not_retried", "not_resendable", "sink_failed"}
-	if int(r) < len(names) {
-		return names[r]
-	}
-	return "reason(" + strconv.Itoa(int(r)) + ")"
-}
+// outside the list. The names are the engine's, the one list reports,
+// logs and metrics share.
+func (r Reason) String() string { return engine.Reason(r).String() }
 
-// reasons lifts the engine's reasons into the face's (newReport), one by
-// one: the two lists are kept apart, and TestReasonsLifted checks that
-// every engine reason has its face reason of the same name.
-var reasons = [...]Reason{
-	engine.ReasonNone:          ReasonNone,
-	engine.ReasonAttemptsSpent: ReasonAttemptsSpent,
-	engine.ReasonMaxElapsed:    ReasonMaxElapsed,
-	engine.ReasonBudgetRefused: ReasonBudgetRefused,
-	engine.ReasonDeadline:      ReasonDeadline,
-	engine.ReasonOrderedStop:   ReasonOrderedStop,
-	engine.ReasonConfiguration: ReasonConfiguration,
-	engine.ReasonNotSent:       ReasonNotSent,
-	engine.ReasonNotRetried:    ReasonNotRetried,
-	engine.ReasonNotResendable: ReasonNotResendable,
-	engine.ReasonSinkFailed:    ReasonSinkFailed,
-}
-
-// reasonOf is the face's Reason of the engine's r.
-func reasonOf(r engine.Reason) Reason { return reasons[r] }
+// reasonOf lifts the engine's reason of an input into the face's
+// (newReport): the two lists are in the same order, which
+// TestReasonsLifted checks name by name.
+func reasonOf(r engine.Reason) Reason { return Reason(r) }
 
 // Sentinels for errors.Is on a *Report: the Report matches each sentinel
 // whose disposition at least one input has.
