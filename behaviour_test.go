@@ -436,6 +436,35 @@ func TestRecoveredPanicKeepsStack(t *testing.T) {
 	}
 }
 
+// The *PanicError a recovered panic becomes is the root's type wherever
+// it goes: in the hooks' events as in the Report (the engine builds it
+// through the root's Config.Panicked, so that errors.As reaches it from a
+// hook as from the call's error).
+func TestPanicErrorInHookEvents(t *testing.T) {
+	ctx := context.Background()
+	var rec mocks.Recorder
+	g, err := writeguard.New(panickingTarget{mocks.NewFake("db.panichook")}, writeguard.WithHooks(rec.Hooks()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = g.BulkWrite(ctx, []mongo.WriteModel{mongo.NewInsertOneModel().SetDocument(bson.D{{Key: "_id", Value: 1}})})
+	var pe *writeguard.PanicError
+	ends := rec.AttemptEnds()
+	if len(ends) == 0 || !errors.As(ends[0].Err, &pe) || pe.What != "target" {
+		t.Errorf("attempt ends %+v: want the target's *writeguard.PanicError in the first", ends)
+	}
+
+	rec = mocks.Recorder{}
+	sink := &mocks.Sink{Before: func(context.Context, int, []envelope.Envelope) error { panic("disk on fire") }}
+	g, _ = writeguard.New(mocks.NewFake("db.panichooksink").Validator(func(bson.Raw) (bson.Raw, bool) { return nil, true }),
+		writeguard.WithDeadLetter(sink), writeguard.WithHooks(rec.Hooks()))
+	_, _ = g.InsertOne(ctx, bson.D{{Key: "x", Value: 1}})
+	dl := rec.DeadLetters()
+	if len(dl) == 0 || !errors.As(dl[0].Err, &pe) || pe.What != "dead-letter sink" || pe.Value != "disk on fire" {
+		t.Errorf("dead-letter ends %+v: want the sink's *writeguard.PanicError", dl)
+	}
+}
+
 // The nil rule: an option whose feature can be absent takes nil as none.
 // WithLogger(nil) is no logging (as otelhook.WithLogger(nil)), and an
 // unclassified code still ends the call as it would with a logger.

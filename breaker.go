@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/writeguard/writeguard/internal/engine"
@@ -143,14 +144,14 @@ func (e *FloodError) Is(target error) bool { return target == ErrDeadLetterFlood
 func (e *FloodError) DeadLetterFlood() float64 { return e.Share }
 
 // breaker is one Guarded's dead-letter flood breaker: its configuration
-// and its sliding window (engine.FloodWindow).
+// and its sliding window (floodWindow).
 type breaker struct {
 	cfg    BreakerConfig
-	window *engine.FloodWindow
+	window *floodWindow
 }
 
 func newBreaker(cfg BreakerConfig) *breaker {
-	return &breaker{cfg: cfg, window: engine.NewFloodWindow(cfg.Window, cfg.MinDocuments, cfg.Threshold)}
+	return &breaker{cfg: cfg, window: newFloodWindow(cfg.Window, cfg.MinDocuments, cfg.Threshold)}
 }
 
 // settled returns the engine's Settled callback of b (nil when b is nil,
@@ -169,7 +170,7 @@ func (b *breaker) settled(namespace string, logger *slog.Logger, clk engine.Cloc
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return func(ctx context.Context, inputs, dead int) error {
-		st := b.window.Record(now(), inputs, dead)
+		st := b.window.record(now(), inputs, dead)
 		attrs := []slog.Attr{
 			slog.String("namespace", namespace), slog.Float64("share", st.Share),
 			slog.Int64("documents", st.Docs), slog.Int64("dead_lettered", st.Dead),
@@ -187,6 +188,76 @@ func (b *breaker) settled(namespace string, logger *slog.Logger, clk engine.Cloc
 		return &FloodError{Share: st.Share, Documents: st.Docs, DeadLettered: st.Dead,
 			Threshold: b.cfg.Threshold, Window: b.cfg.Window, CallDeadLettered: dead}
 	}
+}
+
+// floodSlots is the number of slots a floodWindow is cut into: the share
+// slides by a tenth of the window.
+const floodSlots = 10
+
+// floodWindow counts, over a sliding window, the inputs guarded calls
+// settled and those they dead-lettered: the dead-letter flood breaker's
+// state (WithDeadLetterBreaker). It is open while the window holds at
+// least minDocs inputs and the dead-lettered share is at or above
+// threshold. It is safe for concurrent use.
+type floodWindow struct {
+	width     int64 // nanoseconds per slot
+	minDocs   int64
+	threshold float64
+
+	mu    sync.Mutex
+	slots [floodSlots]floodSlot
+	open  bool
+}
+
+// floodSlot counts the inputs of one tenth of the window, starting at
+// start (a multiple of the slot width since the Unix epoch).
+type floodSlot struct {
+	start      int64 // slot number: UnixNano / width
+	docs, dead int64
+}
+
+// floodState is what record saw: the window's counts after the call, the
+// dead-lettered share, whether the breaker is open, and whether this call
+// opened or closed it.
+type floodState struct {
+	Docs, Dead     int64
+	Share          float64
+	Open           bool
+	Opened, Closed bool
+}
+
+// newFloodWindow returns a closed window of the given length (at least
+// floodSlots nanoseconds), minimum count and threshold share (0 to 1).
+func newFloodWindow(window time.Duration, minDocs int, threshold float64) *floodWindow {
+	return &floodWindow{width: max(int64(window)/floodSlots, 1), minDocs: int64(minDocs), threshold: threshold}
+}
+
+// record adds a call's settled and dead-lettered inputs at now and returns
+// the window's state.
+func (w *floodWindow) record(now time.Time, docs, dead int) floodState {
+	slot := now.UnixNano() / w.width
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := &w.slots[slot%floodSlots]
+	if s.start != slot {
+		*s = floodSlot{start: slot}
+	}
+	s.docs += int64(docs)
+	s.dead += int64(dead)
+	var st floodState
+	for i := range w.slots {
+		if o := &w.slots[i]; o.start > slot-floodSlots && o.start <= slot {
+			st.Docs += o.docs
+			st.Dead += o.dead
+		}
+	}
+	if st.Docs > 0 {
+		st.Share = float64(st.Dead) / float64(st.Docs)
+	}
+	open := st.Docs >= w.minDocs && st.Share >= w.threshold
+	st.Opened, st.Closed = open && !w.open, !open && w.open
+	w.open, st.Open = open, open
+	return st
 }
 
 // flood returns the FloodError the call attached to r, nil when none.

@@ -13,6 +13,7 @@ import (
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/internal/driveropts"
 	"github.com/writeguard/writeguard/internal/engine"
+	"github.com/writeguard/writeguard/internal/readback"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -161,10 +162,11 @@ func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 		Hooks: hooks.Compose(cfg.hooks...), Observed: len(cfg.hooks) > 0,
 		Logger: cfg.logger, Clock: cfg.clock,
 		ThrottledAttempts: cfg.throttledAttempts, UpsertRetries: cfg.upsertRetries,
-		AllowUnacked: cfg.allowUnacked, Reader: engine.PrimaryReads(t), Report: reportFor(cfg.uniqueID),
+		AllowUnacked: cfg.allowUnacked, Reader: readback.PrimaryReads(t), Report: reportFor(cfg.uniqueID),
 		UniqueID: engine.UniqueID(t, cfg.uniqueID), Limits: engine.LimitsOf(t),
 		Settled:    cfg.breaker.settled(g.Namespace(), cfg.logger, cfg.clock), // breaker.go
 		NewEncoder: driveropts.Encoder(cfg.registry, cfg.bsonOpts),
+		Panicked:   newPanicError, // panic.go
 	})
 	return g, nil
 }

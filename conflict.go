@@ -132,12 +132,3 @@ func (g *Guarded) resolver(h ConflictHandler) engine.Resolver {
 		return h.Resolve(ctx, cf)
 	}
 }
-
-// PanicError is the error kept in an Outcome (Outcome.Err) when a conflict
-// handler or a dead-letter sink panicked, and the attempt's error
-// (Report.Err; What "target") when the Target panicked while it ran: the
-// panic was recovered, the other documents' outcomes are untouched, and
-// the documents of a panicked attempt are maybe applied. Its Error names what
-// panicked and the value; Stack returns the stack of the goroutine that
-// panicked (runtime/debug.Stack). Reach it with errors.As.
-type PanicError = engine.PanicError

@@ -82,7 +82,9 @@
 //
 // The loop itself is in internal/engine (its package doc maps it); this
 // package is its face: the collection, one write skeleton every guarded
-// method fills, the options, the Report and the conflict API.
+// method fills (it describes each call to the engine in one value and runs
+// it once), the options, the dead-letter flood breaker, the Report with its
+// own types (Reason, PanicError) and the conflict API.
 //
 // One rule for nil, in every package of the module: an option whose
 // feature can be absent takes nil as "none" (WithLogger(nil): no logging,

@@ -55,22 +55,26 @@ type Left struct {
 	// Disposition is its disposition in the first call.
 	Disposition Disposition
 	// Reason says why it is not sent again.
-	Reason string
+	Reason LeftReason
 }
+
+// LeftReason says why Remaining leaves an input out (Left.Reason): one of
+// the constants below, each a sentence a person can read.
+type LeftReason string
 
 // The reasons of Left.
 const (
-	// ReasonNotIdempotent: an update, replace or delete that an attempt
-	// may have applied and that the caller did not mark idempotent;
-	// sending it again could apply it twice. Reconcile it by reading.
-	ReasonNotIdempotent = "may have been applied and is not marked idempotent"
-	// ReasonNoUniqueID: an insert that an attempt may have applied, into a
+	// LeftNotIdempotent: an update, replace or delete that an attempt may
+	// have applied and that the caller did not mark idempotent; sending it
+	// again could apply it twice. Reconcile it by reading.
+	LeftNotIdempotent LeftReason = "may have been applied and is not marked idempotent"
+	// LeftNoUniqueID: an insert that an attempt may have applied, into a
 	// target without a unique _id (WithUniqueID(false)); sending it again
 	// could store it twice. Reconcile it by reading.
-	ReasonNoUniqueID = "may have been applied and the target has no unique _id"
-	// ReasonNoInput: the input cannot be rebuilt (it failed before it was
+	LeftNoUniqueID LeftReason = "may have been applied and the target has no unique _id"
+	// LeftNoInput: the input cannot be rebuilt (it failed before it was
 	// marshalled).
-	ReasonNoInput = "no document or model to send"
+	LeftNoInput LeftReason = "no document or model to send"
 )
 
 // Len returns the number of inputs to send again.
@@ -96,13 +100,11 @@ func (rm *Remaining) Context(ctx context.Context) context.Context {
 
 type maybeAppliedKey struct{}
 
-// marks hands the call's side-channel marks in ctx to the engine:
-// IdempotentModels, and the maybe-applied inputs of Remaining.Context.
-func marks(ctx context.Context, c *engine.Call) {
-	c.SetIdempotentModels(idempotentModels(ctx))
-	if v, ok := ctx.Value(maybeAppliedKey{}).([]int); ok {
-		c.SetMaybeApplied(v)
-	}
+// maybeApplied returns the inputs ctx marks as maybe applied by an
+// earlier call (Remaining.Context), for engine.Spec.MaybeApplied.
+func maybeApplied(ctx context.Context) []int {
+	v, _ := ctx.Value(maybeAppliedKey{}).([]int)
+	return v
 }
 
 // Remaining returns the unfinished part of the call, ready to pass to the
@@ -114,10 +116,10 @@ func marks(ctx context.Context, c *engine.Call) {
 //     call meets a duplicate key on its own _id and reads it back
 //     (already_written), unless the target has no unique _id
 //     (WithUniqueID(false)): then an insert that may have been applied is left
-//     out (ReasonNoUniqueID);
+//     out (LeftNoUniqueID);
 //   - an update, replace or delete that may have been applied is sent
 //     again only when it was marked idempotent (Context keeps the mark);
-//     otherwise it is left out (ReasonNotIdempotent);
+//     otherwise it is left out (LeftNotIdempotent);
 //   - an input not sent (not_attempted), or proved not applied
 //     (exhausted without MaybeWritten), is always sent again.
 //
@@ -135,19 +137,19 @@ func (r *Report) Remaining() *Remaining {
 			continue
 		}
 		maybe := o.MaybeWritten || o.Disposition == OutcomeUnknown
-		leave := func(why string) {
+		leave := func(why LeftReason) {
 			rm.Left = append(rm.Left, Left{Index: o.Index, Disposition: o.Disposition, Reason: why})
 		}
 		switch {
 		case o.Model == nil && o.Document == nil:
-			leave(ReasonNoInput)
+			leave(LeftNoInput)
 			continue
 		case maybe && !o.Idempotent:
-			leave(ReasonNotIdempotent)
+			leave(LeftNotIdempotent)
 			continue
 		case maybe && o.Model == nil || maybe && isInsert(o.Model):
 			if r.NoUniqueID {
-				leave(ReasonNoUniqueID)
+				leave(LeftNoUniqueID)
 				continue
 			}
 		}
@@ -164,7 +166,7 @@ func (r *Report) Remaining() *Remaining {
 				if maybe {
 					rm.maybe = rm.maybe[:len(rm.maybe)-1]
 				}
-				leave(ReasonNoInput)
+				leave(LeftNoInput)
 				continue
 			}
 			rm.Models = append(rm.Models, mongo.NewInsertOneModel().SetDocument(o.Document))

@@ -132,7 +132,7 @@ func TestRemainingLeavesNotIdempotent(t *testing.T) {
 			t.Fatalf("err = %v, want 2 unknown", err)
 		}
 		rm := r.Remaining()
-		if fmt.Sprint(rm.Indexes) != "[1]" || len(rm.Left) != 1 || rm.Left[0].Reason != writeguard.ReasonNotIdempotent {
+		if fmt.Sprint(rm.Indexes) != "[1]" || len(rm.Left) != 1 || rm.Left[0].Reason != writeguard.LeftNotIdempotent {
 			t.Fatalf("remaining indexes %v, left %+v: want [1], and 0 left out as not idempotent", rm.Indexes, rm.Left)
 		}
 		// A lost reply on the re-send: the update goes again because Context
@@ -159,7 +159,7 @@ func TestRemainingWithoutUniqueID(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	rm := r.Remaining()
-	if rm.Len() != 0 || len(rm.Left) != 1 || rm.Left[0].Reason != writeguard.ReasonNoUniqueID {
+	if rm.Len() != 0 || len(rm.Left) != 1 || rm.Left[0].Reason != writeguard.LeftNoUniqueID {
 		t.Errorf("remaining %v, left %+v: want the insert left out (no unique _id)", rm, rm.Left)
 	}
 }

@@ -53,19 +53,13 @@ func one[T any](g *Guarded, ctx context.Context, name, command string, model mon
 		// second run after a lost reply would return another one (the
 		// pre-image of the second run, or none after a delete).
 		neverResend: command == "findAndModify",
-		inputs: func() (int, bool, error) {
+		inputs: func() (engine.Inputs, error) {
 			if check != nil {
 				if err := check(); err != nil {
-					return 0, false, err
+					return engine.Inputs{}, err
 				}
 			}
-			return 1, true, nil
-		},
-		prepare: func(ctx context.Context, c *engine.Call) error {
-			c.SetCommand(command)
-			c.SetIdempotent(idempotent(ctx))
-			c.SetCallOptions(callOpts, nil)
-			return c.PrepareModels([]mongo.WriteModel{model})
+			return engine.Inputs{Ordered: true, Models: []mongo.WriteModel{model}, Command: command, CallOptions: callOpts}, nil
 		},
 		send: func(ctx context.Context, _ engine.Batch) (any, error) {
 			res, err := call(ctx)

@@ -200,13 +200,17 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithClock sets the time source of the call: backoff waits, attempt and
 // call durations, the elapsed-time limit, envelope timestamps. Default:
-// the wall clock.
+// the wall clock. A nil c makes Wrap and New return an error.
 //
-// Deprecated: tests control time with testing/synctest (Go 1.25+): run the
-// test in synctest.Test and the real clock, the backoff waits and context
-// deadlines all move on the bubble's fake clock together, which a fake
-// Clock cannot do for a context's deadline. Kept working this release;
-// it will be removed in a later one.
+// A test that makes no network I/O may instead run in a testing/synctest
+// bubble, whose fake clock moves the wall clock, the backoff waits and
+// the context's deadlines together. A test that talks to a server over the
+// network (a real MongoDB, an embedded one, a fault proxy) cannot: a
+// goroutine blocked reading a socket is never durably blocked, so the
+// bubble's clock does not move while the driver waits on its connections.
+// Such a test gives the loop a Clock (mocks.Clock, whose backoff waits
+// pass at once and are recorded). A Clock does not move a context's
+// deadline.
 func WithClock(c policy.Clock) Option {
 	return optionFunc(func(cfg *config) {
 		if isNil(c) {

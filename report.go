@@ -35,25 +35,64 @@ const (
 	Unacknowledged     = policy.Unacknowledged
 )
 
-// Reason says why an input ended without being stored or handled (see the
-// constants); "" (ReasonNone) for a stored or handled input, and for a
-// conflict the handler did not resolve (the disposition says it all).
-type Reason = engine.Reason
+// Reason says why an input ended without being stored or handled, in
+// Outcome.Reason: why its retries stopped, or why it was never retried.
+// ReasonNone for a stored or handled input, and for a conflict the handler
+// did not resolve (the disposition says it all). String gives the names
+// reports, logs and metrics show.
+type Reason uint8
 
-// The reasons of Outcome.Reason; String gives their names.
+// The reasons of Outcome.Reason.
 const (
-	ReasonNone          = engine.ReasonNone          // stored, handled, or a conflict
-	ReasonAttemptsSpent = engine.ReasonAttemptsSpent // "attempts_spent": its attempts reached the limit of its class
-	ReasonMaxElapsed    = engine.ReasonMaxElapsed    // "max_elapsed": the next wait would end past Backoff.MaxElapsed
-	ReasonBudgetRefused = engine.ReasonBudgetRefused // "budget_refused": the retry budget refused the retry
-	ReasonDeadline      = engine.ReasonDeadline      // "deadline": the context ended, or its deadline was too close
-	ReasonOrderedStop   = engine.ReasonOrderedStop   // "ordered_stop": an ordered write stopped at an earlier input
-	ReasonConfiguration = engine.ReasonConfiguration // "configuration": a configuration failure ended the call
-	ReasonNotSent       = engine.ReasonNotSent       // "not_sent": it never left the client (a client-side error)
-	ReasonNotRetried    = engine.ReasonNotRetried    // "not_retried": its failure's class is never retried (invalid: no dead-letter sink set)
-	ReasonNotResendable = engine.ReasonNotResendable // "not_resendable": maybe applied, and it may not be sent again
-	ReasonSinkFailed    = engine.ReasonSinkFailed    // "sink_failed": no dead-letter sink stored it
+	// ReasonNone: stored (written, already_written, written_unconfirmed)
+	// or handled (dead-lettered, a conflict handler's resolution), or a
+	// conflict the handler left unresolved. Its name is "".
+	ReasonNone Reason = iota
+	// ReasonAttemptsSpent, "attempts_spent": its attempts reached the
+	// limit of its class (Backoff.MaxAttempts, WithThrottledAttempts).
+	ReasonAttemptsSpent
+	// ReasonMaxElapsed, "max_elapsed": the next wait would have ended past
+	// the call's Backoff.MaxElapsed.
+	ReasonMaxElapsed
+	// ReasonBudgetRefused, "budget_refused": the retry budget refused the
+	// retry (WithBudget).
+	ReasonBudgetRefused
+	// ReasonDeadline, "deadline": the context ended, or its deadline was
+	// too close for the next wait.
+	ReasonDeadline
+	// ReasonOrderedStop, "ordered_stop": an ordered write stopped at an
+	// earlier input that ended unhandled.
+	ReasonOrderedStop
+	// ReasonConfiguration, "configuration": a configuration failure ended
+	// the call (Report.Hint names the setting).
+	ReasonConfiguration
+	// ReasonNotSent, "not_sent": it never left the client (a client-side
+	// error).
+	ReasonNotSent
+	// ReasonNotRetried, "not_retried": its failure's class is never
+	// retried (unknown, configuration; invalid, when no dead-letter sink
+	// is set).
+	ReasonNotRetried
+	// ReasonNotResendable, "not_resendable": an attempt may have applied
+	// it, and it may not be sent again (an update not marked idempotent,
+	// an insert where _id is not unique).
+	ReasonNotResendable
+	// ReasonSinkFailed, "sink_failed": invalid, and no dead-letter sink
+	// stored it.
+	ReasonSinkFailed
 )
+
+// String returns the reason's name: "", attempts_spent, max_elapsed,
+// budget_refused, deadline, ordered_stop, configuration, not_sent,
+// not_retried, not_resendable, sink_failed; "reason(N)" for a value
+// outside the list. The names are the engine's, the one list reports,
+// logs and metrics share.
+func (r Reason) String() string { return engine.Reason(r).String() }
+
+// reasonOf lifts the engine's reason of an input into the face's
+// (newReport): the two lists are in the same order, which
+// TestReasonsLifted checks name by name.
+func reasonOf(r engine.Reason) Reason { return Reason(r) }
 
 // Sentinels for errors.Is on a *Report: the Report matches each sentinel
 // whose disposition at least one input has.
@@ -190,7 +229,7 @@ func newReport(c engine.Result) error {
 	r.Outcomes = make([]Outcome, c.Len())
 	for i := range r.Outcomes {
 		r.Outcomes[i] = Outcome{Index: i, ID: c.ID(i), Disposition: c.Disposition(i), Class: c.Class(i), Failure: c.Failure(i),
-			Attempts: c.Sent(i), Reason: c.Reason(i), MaybeWritten: c.MaybeWritten(i), Document: c.Document(i), Model: c.Model(i), Err: c.Err(i),
+			Attempts: c.Sent(i), Reason: reasonOf(c.Reason(i)), MaybeWritten: c.MaybeWritten(i), Document: c.Document(i), Model: c.Model(i), Err: c.Err(i),
 			Idempotent: c.Idempotent(i)}
 	}
 	return r

@@ -14,10 +14,10 @@ import (
 )
 
 // method describes one guarded method to the write skeleton (guard): its
-// name, how it runs inside a transaction, how it reads and prepares its
-// inputs, how one attempt calls the driver, and how its result is built
-// when the first attempt did not write everything. T is the driver's
-// result type (mongo.InsertOneResult, ...).
+// name, how it runs inside a transaction, how it checks its arguments and
+// hands its inputs to the engine, how one attempt calls the driver, and
+// how its result is built when the first attempt did not write everything.
+// T is the driver's result type (mongo.InsertOneResult, ...).
 type method[T any] struct {
 	name string
 	// txInputs is the number of inputs a transaction's hooks report.
@@ -25,10 +25,10 @@ type method[T any] struct {
 	// tx is the driver's own call, made once inside a transaction.
 	tx func(ctx context.Context) (*T, error)
 	// inputs checks the arguments as the driver does and returns the
-	// number of inputs and whether the write is ordered.
-	inputs func() (n int, ordered bool, err error)
-	// prepare fills the call's inputs (Call.PrepareDocs, PrepareModels).
-	prepare func(ctx context.Context, c *engine.Call) error
+	// call's inputs for the engine: whether the write is ordered, its
+	// documents or write models, its command kinds and the options an
+	// envelope keeps.
+	inputs func() (engine.Inputs, error)
 	// send makes one attempt.
 	send engine.Send
 	// neverResend: a write that may have been applied is never sent
@@ -42,9 +42,10 @@ type method[T any] struct {
 // guard is the one write skeleton of every guarded method: a nil ctx is
 // context.Background() (as in the driver); inside a transaction one
 // attempt with the driver's own result and error; otherwise the inputs are
-// checked and prepared, the engine drives every input to its disposition,
-// and the caller gets the driver's result of a first attempt that wrote
-// everything, or m.result and nil or a *Report.
+// checked, the call is described to the engine in one engine.Spec and run
+// once (the engine drives every input to its disposition), and the caller
+// gets the driver's result of a first attempt that wrote everything, or
+// m.result and nil or a *Report.
 func guard[T any](g *Guarded, ctx context.Context, m method[T]) (*T, error) {
 	if ctx == nil {
 		ctx = context.Background() // as the driver does
@@ -57,23 +58,20 @@ func guard[T any](g *Guarded, ctx context.Context, m method[T]) (*T, error) {
 		})
 		return res, err
 	}
-	n, ordered, err := m.inputs()
+	in, err := m.inputs()
 	if err != nil {
 		return nil, err
 	}
-	c := g.eng.NewCall(m.name, ordered, n)
-	if err := m.prepare(ctx, c); err != nil {
-		return nil, err
-	}
-	marks(ctx, c) // IdempotentModels, Remaining.Context (finish.go)
-	if m.neverResend {
-		c.NeverResend()
-	}
-	first, err := c.Run(ctx, m.send)
-	if res, ok := first.(*T); ok && res != nil && err == nil {
+	r, err := g.eng.Run(ctx, engine.Spec{
+		Name: m.name, Inputs: in, Send: m.send,
+		Idempotent: idempotent(ctx), IdempotentModels: idempotentModels(ctx), // WithIdempotent, IdempotentModels
+		MaybeApplied: maybeApplied(ctx), // Remaining.Context (finish.go)
+		NeverResend:  m.neverResend,
+	})
+	if res, ok := r.First().(*T); ok && res != nil && err == nil {
 		return res, nil
 	}
-	return m.result(c.Result()), err
+	return m.result(r), err
 }
 
 // InsertOne inserts document through the policy chain. document gets an
@@ -95,11 +93,11 @@ func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.L
 		tx: func(ctx context.Context) (*mongo.InsertOneResult, error) {
 			return g.target.InsertOne(ctx, document, opts...)
 		},
-		inputs: func() (int, bool, error) { return 1, true, nil },
-		prepare: func(_ context.Context, c *engine.Call) error {
-			c.SetCallOptions(envelope.InsertOneCallOptions(opts...))
-			c.PrepareDocs([]any{document})
-			return nil
+		inputs: func() (engine.Inputs, error) {
+			// A failing option builder is the driver's to report, on the
+			// first attempt; the envelope then keeps no call options.
+			co, _ := envelope.InsertOneCallOptions(opts...)
+			return engine.Inputs{Ordered: true, Docs: []any{document}, CallOptions: co}, nil
 		},
 		send: func(ctx context.Context, b engine.Batch) (any, error) {
 			res, err := g.target.InsertOne(ctx, b.Doc(0), opts...)
@@ -145,24 +143,23 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 		tx: func(ctx context.Context) (*mongo.InsertManyResult, error) {
 			return g.target.InsertMany(ctx, documents, opts...)
 		},
-		inputs: func() (int, bool, error) {
+		inputs: func() (engine.Inputs, error) {
 			switch {
 			case dv.Kind() != reflect.Slice:
-				return 0, false, fmt.Errorf("invalid documents: %w", mongo.ErrNotSlice)
+				return engine.Inputs{}, fmt.Errorf("invalid documents: %w", mongo.ErrNotSlice)
 			case dv.Len() == 0:
-				return 0, false, fmt.Errorf("invalid documents: %w", mongo.ErrEmptySlice)
+				return engine.Inputs{}, fmt.Errorf("invalid documents: %w", mongo.ErrEmptySlice)
 			}
 			ordered, err := engine.Ordered(opts, func(o *options.InsertManyOptions) *bool { return o.Ordered })
-			return dv.Len(), ordered, err
-		},
-		prepare: func(_ context.Context, c *engine.Call) error {
-			c.SetCallOptions(envelope.InsertManyCallOptions(opts...))
+			if err != nil {
+				return engine.Inputs{}, err
+			}
+			co, _ := envelope.InsertManyCallOptions(opts...) // a failing builder was returned above
 			docs := make([]any, dv.Len())
 			for i := range docs {
 				docs[i] = dv.Index(i).Interface()
 			}
-			c.PrepareDocs(docs)
-			return nil
+			return engine.Inputs{Ordered: ordered, Docs: docs, CallOptions: co}, nil
 		},
 		send: func(ctx context.Context, b engine.Batch) (any, error) {
 			docs := make([]any, len(b))
@@ -215,18 +212,19 @@ func (g *Guarded) BulkWrite(ctx context.Context, models []mongo.WriteModel, opts
 		tx: func(ctx context.Context) (*mongo.BulkWriteResult, error) {
 			return g.target.BulkWrite(ctx, models, opts...)
 		},
-		inputs: func() (int, bool, error) {
+		inputs: func() (engine.Inputs, error) {
 			if len(models) == 0 {
-				return 0, false, fmt.Errorf("invalid models: %w", mongo.ErrEmptySlice)
+				return engine.Inputs{}, fmt.Errorf("invalid models: %w", mongo.ErrEmptySlice)
 			}
 			ordered, err := engine.Ordered(opts, func(o *options.BulkWriteOptions) *bool { return o.Ordered })
-			return len(models), ordered, err
-		},
-		prepare: func(ctx context.Context, c *engine.Call) error {
-			c.SetCommand(hooks.BulkCommand(models))
-			c.SetIdempotent(idempotent(ctx))
-			c.SetCallOptions(envelope.BulkWriteCallOptions(opts...))
-			return c.PrepareModels(models)
+			if err == nil {
+				err = engine.CheckModels(models) // a nil or unsupported model, named by its index
+			}
+			if err != nil {
+				return engine.Inputs{}, err
+			}
+			co, _ := envelope.BulkWriteCallOptions(opts...) // a failing builder was returned above
+			return engine.Inputs{Ordered: ordered, Models: models, Command: hooks.BulkCommand(models), CallOptions: co}, nil
 		},
 		send: func(ctx context.Context, b engine.Batch) (any, error) {
 			ms := make([]mongo.WriteModel, len(b))

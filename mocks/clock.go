@@ -7,13 +7,9 @@ import (
 
 // Clock is a fake policy.Clock for deterministic tests: After does not
 // sleep, it moves the clock forward by d and fires at once, and records d.
-// Safe for concurrent use.
-//
-// Deprecated: tests control time with testing/synctest (Go 1.25+): run the
-// test in synctest.Test and the real clock, the backoff waits and context
-// deadlines all move on the bubble's fake clock together, which a fake
-// Clock cannot do for a context's deadline. Kept working this release;
-// it will be removed in a later one.
+// Safe for concurrent use. Give it to writeguard.WithClock in tests that
+// do network I/O and so cannot run in a testing/synctest bubble (see
+// policy.Clock).
 type Clock struct {
 	mu     sync.Mutex
 	now    time.Time
@@ -21,12 +17,6 @@ type Clock struct {
 }
 
 // NewClock returns a Clock reading start.
-//
-// Deprecated: tests control time with testing/synctest (Go 1.25+): run the
-// test in synctest.Test and the real clock, the backoff waits and context
-// deadlines all move on the bubble's fake clock together, which a fake
-// Clock cannot do for a context's deadline. Kept working this release;
-// it will be removed in a later one.
 func NewClock(start time.Time) *Clock { return &Clock{now: start} }
 
 // Now returns the fake time.

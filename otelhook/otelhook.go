@@ -479,6 +479,8 @@ func (h *handler) countUnclassified(ctx context.Context, op *hooks.Operation, c 
 	}
 }
 
+// operationFinished ends a call: its metrics (callMetrics), then its
+// span's figures and status (endCallSpan).
 func (h *handler) operationFinished(ctx context.Context, ev *hooks.OperationEnd) {
 	// ctx may be cancelled (a deadline during a backoff): the metrics get
 	// a context that is not, and span.End does not look at it.
@@ -510,7 +512,17 @@ func (h *handler) operationFinished(ctx context.Context, ev *hooks.OperationEnd)
 				slog.String("database", ev.Op.Database), slog.Float64("share", share))
 		}
 	}
+	h.callMetrics(mctx, ev, base, errAttrs, disp, tries)
+	if st != nil {
+		endCallSpan(st, ev, errAttrs, failed, flooded, share)
+	}
+}
 
+// callMetrics records a finished call's duration and attempts, and its
+// inputs per disposition and per number of tries (disp and tries, taken
+// from the call's state).
+func (h *handler) callMetrics(mctx context.Context, ev *hooks.OperationEnd, base, errAttrs []attribute.KeyValue,
+	disp map[dispKey]int64, tries map[int]int64) {
 	h.duration.Record(mctx, ev.Duration.Seconds(), metric.WithAttributes(with(with(base, h.server...), errAttrs...)...))
 	h.attempts.Record(mctx, int64(ev.Attempts), metric.WithAttributes(with(base)...))
 	for k, n := range disp {
@@ -524,10 +536,13 @@ func (h *handler) operationFinished(ctx context.Context, ev *hooks.OperationEnd)
 			}
 		}
 	}
+}
 
-	if st == nil {
-		return
-	}
+// endCallSpan sets a finished call's figures on its span (attempts,
+// retries, dead-lettered and conflicts, the disposition or the count of
+// each, the error attributes, the flood), its status when the call is
+// not handled, and ends it.
+func endCallSpan(st *opState, ev *hooks.OperationEnd, errAttrs []attribute.KeyValue, failed, flooded bool, share float64) {
 	names := make([]string, 0, len(ev.Counts))
 	conflicts := 0
 	for d, n := range ev.Counts {

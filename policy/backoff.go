@@ -119,14 +119,19 @@ func (b Backoff) Delay(n int) time.Duration {
 	return time.Duration(r * float64(b.Ceiling(n)))
 }
 
-// Clock is the time source of the retry loop (writeguard.WithClock);
-// the default is the wall clock.
+// Clock is the time source of the retry loop (writeguard.WithClock):
+// backoff waits, attempt and call durations, the elapsed-time limit,
+// envelope timestamps. The default is the wall clock.
 //
-// Deprecated: tests control time with testing/synctest (Go 1.25+): run the
-// test in synctest.Test and the real clock, the backoff waits and context
-// deadlines all move on the bubble's fake clock together, which a fake
-// Clock cannot do for a context's deadline. Kept working this release;
-// it will be removed in a later one.
+// A test that makes no network I/O may instead run in a testing/synctest
+// bubble, whose fake clock moves the wall clock, the backoff waits and
+// the context's deadlines together. A test that talks to a server over the
+// network (a real MongoDB, an embedded one, a fault proxy) cannot: a
+// goroutine blocked reading a socket is never durably blocked, so the
+// bubble's clock does not move while the driver waits on its connections.
+// Such a test gives the loop a Clock (mocks.Clock, whose backoff waits
+// pass at once and are recorded). A Clock does not move a context's
+// deadline.
 type Clock interface {
 	Now() time.Time
 	// After returns a channel that receives once d has passed.

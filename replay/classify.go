@@ -8,7 +8,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/writeguard/writeguard"
-	"github.com/writeguard/writeguard/internal/engine"
 	"github.com/writeguard/writeguard/internal/readback"
 	"github.com/writeguard/writeguard/policy"
 )
@@ -185,5 +184,5 @@ func readBack(ctx context.Context, target writeguard.Collection, ids bson.A) (ma
 	default:
 		return nil, nil
 	}
-	return readback.ByID(ctx, engine.PrimaryReads(fd), ids)
+	return readback.ByID(ctx, readback.PrimaryReads(fd), ids)
 }

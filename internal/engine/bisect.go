@@ -78,16 +78,7 @@ type bisection struct {
 	lastKind string  // FailureKind of the previous attempt's whole-command failure of ≥ 2 documents
 	lastSeen int64   // Engine.health when that failure was read
 	isolated map[*item]bool
-	commands int // bisection commands made
 }
-
-// Bisections returns the number of commands the call sent to narrow down
-// poison documents (0 when it never bisected).
-func (c *Call) Bisections() int { return c.ext.bis.commands }
-
-// Isolated reports whether input i was isolated by bisection (sent alone
-// because commands carrying it failed as a whole).
-func (c *Call) Isolated(i int) bool { return c.ext.bis.isolated[c.items[i]] }
 
 // narrow returns the documents of batch (the documents waiting, in input
 // order, cut to an ordered write's window) that the next attempt sends:
@@ -175,42 +166,7 @@ func (c *Call) observe(batch []*item, err error) {
 		c.e.health.Add(1) // the server executed the command
 	}
 	if b.sentHalf {
-		b.sentHalf = false
-		b.commands++
-		b.left--
-		switch {
-		case whole == nil:
-			// The half was executed: the poison is among the others.
-			b.suspect = without(liveOf(b.suspect), batch)
-		case !poisonSuspect(whole, c.e.cfg.Classifier.Classify(*whole)).possible:
-			// Nothing reached the server, or it asked to slow down: the
-			// half proved nothing either way; it goes again after the
-			// backoff, and the bisection command is given back.
-			b.commands--
-			b.left++
-		default:
-			b.suspect = liveOf(batch)
-			for _, it := range batch {
-				if it.tries > 0 && Charged(whole) {
-					it.tries-- // a bisection command is not a try
-				}
-				if it.state == retrying {
-					it.to(pending) // the server is healthy: no backoff
-				}
-			}
-		}
-		if cand := liveOf(b.suspect); len(cand) <= 1 {
-			b.active = false
-			if len(cand) == 1 {
-				c.isolate(cand[0])
-			}
-		}
-		if b.left <= 0 {
-			b.active = false
-		}
-		if whole != nil {
-			b.lastKind, b.lastSeen = FailureKind(whole), c.e.health.Load()
-		}
+		c.observeHalf(batch, whole)
 		return
 	}
 	if whole == nil || len(batch) < 2 {
@@ -219,6 +175,58 @@ func (c *Call) observe(batch []*item, err error) {
 		}
 		return
 	}
+	c.maybeBisect(batch, whole)
+}
+
+// observeHalf narrows the bisection after an attempt that sent a half of
+// its suspects (batch), whose whole-command failure is whole (nil: the
+// half was executed), and ends it when one suspect or none is left, or
+// when its bound is spent.
+func (c *Call) observeHalf(batch []*item, whole *policy.Failure) {
+	b := &c.ext.bis
+	b.sentHalf = false
+	b.left--
+	switch {
+	case whole == nil:
+		// The half was executed: the poison is among the others.
+		b.suspect = without(liveOf(b.suspect), batch)
+	case !poisonSuspect(whole, c.e.cfg.Classifier.Classify(*whole)).possible:
+		// Nothing reached the server, or it asked to slow down: the
+		// half proved nothing either way; it goes again after the
+		// backoff, and the bisection command is given back.
+		b.left++
+	default:
+		b.suspect = liveOf(batch)
+		for _, it := range batch {
+			if it.tries > 0 && Charged(whole) {
+				it.tries-- // a bisection command is not a try
+			}
+			if it.state == retrying {
+				it.to(pending) // the server is healthy: no backoff
+			}
+		}
+	}
+	if cand := liveOf(b.suspect); len(cand) <= 1 {
+		b.active = false
+		if len(cand) == 1 {
+			c.isolate(cand[0])
+		}
+	}
+	if b.left <= 0 {
+		b.active = false
+	}
+	if whole != nil {
+		b.lastKind, b.lastSeen = FailureKind(whole), c.e.health.Load()
+	}
+}
+
+// maybeBisect starts a bisection of batch (two or more documents, not a
+// half) after its whole-command failure whole, when the failure may come
+// from a poison document and either says so at once (deterministic) or
+// repeats the previous attempt's while the server executed other commands
+// in between, and the call's bound is not spent.
+func (c *Call) maybeBisect(batch []*item, whole *policy.Failure) {
+	b := &c.ext.bis
 	kind := FailureKind(whole)
 	suspect := poisonSuspect(whole, c.e.cfg.Classifier.Classify(*whole))
 	seen := c.e.health.Load()

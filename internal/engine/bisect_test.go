@@ -56,7 +56,7 @@ func TestOneStatement(t *testing.T) {
 		{"unknown code", 1, policy.Failure{Index: policy.WholeCommand, Shape: policy.ShapeCommandRejected, Code: 8000}, false},
 		{"network", 1, policy.Failure{Index: policy.WholeCommand, Shape: policy.ShapeNetworkInFlight}, false},
 	} {
-		c := e.NewCall("findOneAndUpdate", true, tc.n)
+		c := e.newCall("findOneAndUpdate", true, tc.n)
 		f := tc.f
 		got := c.oneStatement(c.items, &f)
 		if got != tc.want || got && f.Index != 0 || !got && f.Index != policy.WholeCommand {

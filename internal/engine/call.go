@@ -2,12 +2,13 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
-	"github.com/writeguard/writeguard/policy"
 )
 
 // Send makes one attempt: it sends batch (the documents still pending, in
@@ -43,13 +44,91 @@ func (b Batch) Model(i int) mongo.WriteModel { return b[i].send }
 // Index returns the i-th document's position in the caller's input.
 func (b Batch) Index(i int) int { return b[i].index }
 
-// NewCall starts a call of operation name (insertOne, insertMany,
-// bulkWrite, ...) over n inputs.
-func (e *Engine) NewCall(name string, ordered bool, n int) *Call {
+// Spec is one guarded call as the root describes it to the engine: what
+// the call is (Name), its inputs, how the caller marked them, and how one
+// attempt reaches the driver. The root builds one literal per call and
+// hands it to Run, which is the engine's only entry for a call outside a
+// transaction.
+type Spec struct {
+	// Name is the guarded method: insertOne, insertMany, bulkWrite,
+	// updateOne, ... (hooks.Operation.Name, Report.Operation).
+	Name string
+	// Inputs are the call's inputs, checked as the driver checks them.
+	Inputs Inputs
+	// Idempotent marks every non-insert model safe to re-send after an
+	// ambiguous failure (writeguard.WithIdempotent); IdempotentModels marks
+	// the inputs at these indexes only (writeguard.IdempotentModels;
+	// indexes out of range are ignored). An insert is idempotent by its
+	// _id whatever they say.
+	Idempotent       bool
+	IdempotentModels []int
+	// NeverResend takes back every idempotence mark: a write that may have
+	// been applied is not sent again, whatever the caller marked (the root
+	// sets it for findAndModify, whose result, the document before or after
+	// the write, a second run cannot give back).
+	NeverResend bool
+	// MaybeApplied are the indexes of inputs an earlier call may have
+	// applied (writeguard's Remaining.Context): they start with the
+	// evidence "maybe applied", as if an earlier attempt of this call had
+	// sent them, so that a duplicate key on an insert's own _id is read
+	// back. Indexes out of range are ignored.
+	MaybeApplied []int
+	// Send makes one attempt.
+	Send Send
+}
+
+// Inputs are the inputs of one call: Docs for insertOne and insertMany,
+// Models for every other method (exactly one of them is set, non-empty).
+type Inputs struct {
+	// Ordered is the call's ordered option (driver default: true; Ordered
+	// reads it).
+	Ordered bool
+	// Docs are the documents of an insert call: input i is Docs[i]. The
+	// call takes them over and clears each entry once it is prepared
+	// (prepareAhead).
+	Docs []any
+	// Models are the write models of any other call: input i is
+	// Models[i]. Each must pass CheckModels.
+	Models []mongo.WriteModel
+	// Command names the command kinds for the hooks
+	// (hooks.Operation.Command; hooks.BulkCommand for a bulk write); ""
+	// for an insert call.
+	Command string
+	// CallOptions are the call's options that an envelope keeps (let,
+	// bypassDocumentValidation, ordered, comment).
+	CallOptions envelope.CallOptions
+}
+
+// Run drives every input of the call s describes to its terminal
+// disposition, sending each attempt with s.Send. It returns what the call
+// proved (Result; read it after Run returns) and nil or Config.Report's
+// error. Result.First is the driver's result of a first attempt that wrote
+// every input, which the root returns as it is.
+func (e *Engine) Run(ctx context.Context, s Spec) (Result, error) {
+	in := s.Inputs
+	c := e.newCall(s.Name, in.Ordered, len(in.Docs)+len(in.Models))
+	c.op.Command, c.callOpts, c.idempotent, c.send = in.Command, in.CallOptions, s.Idempotent, s.Send
+	if in.Docs != nil {
+		c.takeDocs(in.Docs)
+	} else if err := c.prepareModels(in.Models); err != nil {
+		panic("writeguard engine: Inputs.Models not checked (CheckModels): " + err.Error())
+	}
+	c.markIdempotent(s.IdempotentModels)
+	c.markMaybeApplied(s.MaybeApplied)
+	if s.NeverResend {
+		c.neverResend()
+	}
+	err := c.run(ctx)
+	return Result{c}, err
+}
+
+// newCall starts a call of operation name (insertOne, insertMany,
+// bulkWrite, ...) over n inputs: one item each.
+func (e *Engine) newCall(name string, ordered bool, n int) *Call {
 	c := &Call{
 		e:       e,
 		ordered: ordered,
-		next:    n, // PrepareDocs sets it back to 0
+		next:    n, // takeDocs sets it back to 0
 		op:      &hooks.Operation{Name: name, Database: e.cfg.Database, Collection: e.cfg.Collection, Ordered: ordered},
 	}
 	slab := make([]item, n)
@@ -61,117 +140,42 @@ func (e *Engine) NewCall(name string, ordered bool, n int) *Call {
 	return c
 }
 
-// SetIdempotent marks the call's non-insert models safe to re-send after
-// an ambiguous failure (writeguard.WithIdempotent).
-func (c *Call) SetIdempotent(v bool) { c.idempotent = v }
+// Call is the state of one guarded call: made by Run from its Spec, then
+// run once (loop.go). Not safe for concurrent use.
+type Call struct {
+	e          *Engine
+	op         *hooks.Operation
+	ctx        context.Context // the operation context (hooks)
+	ordered    bool
+	idempotent bool
+	callOpts   envelope.CallOptions // the call's options an envelope keeps
+	items      []*item
+	send       Send
+	first      any // the driver's result of a first attempt that wrote every input (run)
+	// Insert calls prepare their documents as they go (prepareAhead):
+	// items[:next] are prepared, inputs[next:] wait; enc is the call's
+	// encoder meanwhile; spread is set when they took more than one step,
+	// and then a stored document's _id is copied into ids (keepID) so that
+	// its prepared bytes can go.
+	inputs []any
+	next   int
+	enc    *docEncoder
+	spread bool
+	ids    []byte
 
-// SetCommand names the command kinds of a bulk write for the hooks
-// (hooks.Operation.Command).
-func (c *Call) SetCommand(cmd string) { c.op.Command = cmd }
-
-// Run drives every input to its terminal disposition, sending each attempt
-// with send. It returns the driver's result of the first attempt when that
-// attempt succeeded for every input (so the caller gets exactly what the
-// driver returns), and nil or Config.Report's error.
-func (c *Call) Run(ctx context.Context, send Send) (first any, err error) {
-	c.send = send
-	return c.run(ctx)
+	start    time.Time
+	attempts int
+	retries  int
+	lastErr  error
+	hint     string
+	extra    []error
+	parked   []*item // invalid items waiting for the dead-letter sink
+	window   int     // ordered: documents per attempt (0: all pending)
+	offset   int     // position of the current command's first statement in its pass
+	lim      *Limits // the server's limits, once asked (commands.go)
+	// noUniqueID: _id is not unique where the documents land (asked of
+	// Config.UniqueID once, when an insert may have been applied).
+	noUniqueID, uniqueAsked bool
+	stopAt                  int     // ordered: batch position of the last attempt's first write error, -1 when none
+	ext                     callExt // per-model idempotence, one-statement rule, bisection (statement.go, bisect.go)
 }
-
-// Result is what a finished call proved, for the root's results and its
-// *Report (Config.Report): the call's figures, then one answer per input i
-// (0 ≤ i < Len(), in input order). It is a view of the call: read it after
-// Run.
-type Result struct{ c *Call }
-
-// Result returns the view of what the call proved.
-func (c *Call) Result() Result { return Result{c} }
-
-// Operation returns the call's name (insertOne, insertMany, bulkWrite, ...).
-func (r Result) Operation() string { return r.c.op.Name }
-
-// Namespace returns "<database>.<collection>".
-func (r Result) Namespace() string { return r.c.e.cfg.Namespace }
-
-// Attempts returns the number of driver calls the call made.
-func (r Result) Attempts() int { return r.c.attempts }
-
-// LastErr returns the driver's last error, nil when none failed.
-func (r Result) LastErr() error { return r.c.lastErr }
-
-// Hint names the setting to fix after a Configuration failure ("" when
-// there was none).
-func (r Result) Hint() string { return r.c.hint }
-
-// Extra returns the call's errors that belong to no input (a context
-// error, ErrUnacknowledged).
-func (r Result) Extra() []error { return r.c.extra }
-
-// Len returns the number of inputs.
-func (r Result) Len() int { return len(r.c.items) }
-
-// Disposition returns input i's terminal disposition.
-func (r Result) Disposition(i int) policy.Disposition { return r.c.items[i].disp }
-
-// ID returns input i's _id as the driver returns it (policy.IDValue) for
-// an insert, nil for another model.
-func (r Result) ID(i int) any {
-	if r.c.items[i].kind != KindInsert {
-		return nil
-	}
-	return r.c.items[i].idValue()
-}
-
-// IsInsert reports whether input i is an insert.
-func (r Result) IsInsert(i int) bool { return r.c.items[i].kind == KindInsert }
-
-// Failure returns input i's last failure, nil when it had none.
-func (r Result) Failure(i int) *policy.Failure { return r.c.items[i].fail }
-
-// Class returns the class of input i's failure (policy.Unknown without
-// one).
-func (r Result) Class(i int) policy.Class {
-	if r.c.items[i].fail == nil {
-		return policy.Unknown
-	}
-	return r.c.items[i].class
-}
-
-// Reason returns why input i ended unstored and unhandled (ReasonNone
-// for a stored or handled input).
-func (r Result) Reason(i int) Reason {
-	if d := r.c.items[i].disp; d.Stored() || d.Handled() {
-		return ReasonNone
-	}
-	return r.c.items[i].reason
-}
-
-// Sent returns how many attempts sent input i to the server.
-func (r Result) Sent(i int) int { return r.c.items[i].attempts }
-
-// MaybeWritten reports whether an attempt may have applied input i and
-// nothing proved it stored or absent.
-func (r Result) MaybeWritten(i int) bool {
-	it := r.c.items[i]
-	return it.mayBeApplied() && !it.disp.Stored()
-}
-
-// Idempotent reports whether input i may be re-sent after an attempt
-// that may have applied it (Call.Idempotent).
-func (r Result) Idempotent(i int) bool { return r.c.Idempotent(i) }
-
-// NoUniqueID reports whether the call learned (or was told) that _id is
-// not unique where its documents land.
-func (r Result) NoUniqueID() bool { return r.c.noUniqueID }
-
-// Document returns input i as prepared (with its _id) for an insert that
-// did not end written or already_written (release), nil for a stored
-// insert and for another model.
-func (r Result) Document(i int) bson.Raw { return r.c.items[i].doc }
-
-// Model returns the caller's write model of input i (BulkWrite only).
-func (r Result) Model(i int) mongo.WriteModel { return r.c.items[i].model }
-
-// Err returns the error of writeguard's own handling of input i (the
-// sink's, the conflict handler's, the read-back's), nil otherwise.
-func (r Result) Err(i int) error { return r.c.items[i].err }

@@ -39,8 +39,8 @@ func TestCommandsSplitAsTheDriver(t *testing.T) {
 	}
 	for _, tc := range cases {
 		e := New(Config{Limits: func(context.Context) Limits { return tc.lim }})
-		c := e.NewCall("bulkWrite", tc.ordered, len(models))
-		if err := c.PrepareModels(models); err != nil {
+		c := e.newCall("bulkWrite", tc.ordered, len(models))
+		if err := c.prepareModels(models); err != nil {
 			t.Fatal(err)
 		}
 		if got := indexes(c.commands(context.Background(), c.items)); got != tc.want {
@@ -54,8 +54,8 @@ func TestCommandsSplitAsTheDriver(t *testing.T) {
 		docs[i] = bson.D{{Key: "_id", Value: i}, {Key: "pad", Value: string(make([]byte, 1000-24))}}
 	}
 	e := New(Config{Limits: func(context.Context) Limits { return Limits{MaxMessageSizeBytes: CommandMargin + 3000} }})
-	c := e.NewCall("insertMany", true, len(docs))
-	c.PrepareDocs(docs)
+	c := e.newCall("insertMany", true, len(docs))
+	c.takeDocs(docs)
 	c.prepareNext(context.Background(), true)
 	if n := c.items[0].statementSize(); n != 1000 {
 		t.Fatalf("document of %d bytes, want 1000", n)

@@ -31,7 +31,7 @@ func (c *Call) conflictIdentifiable(it *item) bool {
 // handler's error, panic or invalid disposition kept in its Outcome.
 func (c *Call) handleConflict(ctx context.Context, it *item) {
 	var d policy.Disposition
-	err := recovered("conflict handler", func() (err error) {
+	err := c.e.recovered("conflict handler", func() (err error) {
 		d, err = c.e.cfg.Resolve(ctx, c.op.Name, it.index, it.doc, it.model, *it.fail)
 		return err
 	})

@@ -48,22 +48,16 @@ func (c *Call) flushDeadLetters(ctx context.Context) {
 	c.deadLetter(ctx, its)
 }
 
-// deadLetter hands Invalid items to the sink as one batch. Without a sink
-// they end "failed". A failing Put is retried with the write backoff while
-// its error classifies as retryable; then the fallback sink is tried; what
-// no sink stored ends "dead_letter_failed", its document kept in the
-// Report.
+// deadLetter hands parked Invalid items to the sink as one batch (park
+// parks nothing without a sink). A failing Put is retried with the write
+// backoff while its error classifies as retryable; then the fallback sink
+// is tried; what no sink stored ends "dead_letter_failed", its document
+// kept in the Report.
 func (c *Call) deadLetter(ctx context.Context, its []*item) {
 	if len(its) == 0 {
 		return
 	}
 	e := c.e
-	if e.cfg.Sink == nil {
-		for _, it := range its {
-			c.settle(it, policy.Failed)
-		}
-		return
-	}
 	now := e.cfg.Clock.Now().UTC().Truncate(time.Millisecond)
 	envs := make([]envelope.Envelope, len(its))
 	var traceID, spanID string
@@ -133,7 +127,7 @@ func (c *Call) put(ctx context.Context, sink envelope.Sink, envs []envelope.Enve
 		// envelope.PutEach: per envelope when the sink can say it
 		// (envelope.PartialSink), else Put's error for every one.
 		var each []error
-		perr := recovered("dead-letter sink", func() error {
+		perr := e.recovered("dead-letter sink", func() error {
 			each = envelope.PutEach(dctx, sink, sub)
 			return nil
 		})

@@ -1,24 +1,32 @@
 // Package engine is writeguard's write loop: it drives every input of a
 // guarded call to one terminal disposition, and holds every rule only the
 // loop uses. The root package is its face: it checks the caller's
-// arguments, builds the engine's Config from the options, hands each
-// guarded method's driver call to the engine as a Send, and lifts the
-// engine's per-document Result into a *writeguard.Report. engine never
-// imports the root package (.ci/run checks it); what it needs from the root
-// it declares: Reader (read-backs), Resolver (the conflict handler),
-// Config.Report (the error of a call that did not write everything).
+// arguments, builds the engine's Config from the options, describes each
+// guarded call in one Spec (its inputs, the caller's marks, and a Send
+// that makes one attempt through the driver), runs it once (Engine.Run),
+// and lifts the call's per-document Result into a *writeguard.Report.
+// engine never imports the root package (.ci/run checks it); what it
+// needs from the root it declares: Reader (read-backs), Resolver (the
+// conflict handler), Config.Report (the error of a call that did not write
+// everything), Config.Panicked (the error of a recovered panic: the root's
+// *PanicError, built where the panic is recovered, so that the Report and
+// the hooks' events carry the same value). The root lifts the rest of what
+// a call proved at its one return (Result -> Report: the engine's Reason
+// into its own).
 //
 // # The loop (loop.go, Call.run)
 //
+//	Run            call.go       the call of one Spec: one item per input, the
+//	                             models' kinds (prepareModels), the caller's marks
 //	prepareAhead   prepare.go    the documents of an insert call, as it goes: until those
 //	                             not sent fill one command, encode each once, give it its
 //	                             _id, check 16 MiB (a bulk write's inserts: all at once,
-//	                             PrepareModels); failures: prefailed
+//	                             prepareModels); failures: prefailed
 //	routePrefailed loop.go       prefailed -> parked (Invalid with bytes) or done
 //	narrow         bisect.go     which pending documents go: all, an isolated one alone,
 //	                             or one half of a poison suspect set (bisection, C66)
-//	commands       commands.go   cut the documents that go into the server commands the driver
-//	                             would send (kinds, maxWriteBatchSize, maxMessageSizeBytes):
+//	pass           loop.go       the batch in the server commands the driver would send:
+//	commands       commands.go   cut by kinds, maxWriteBatchSize, maxMessageSizeBytes:
 //	                             one Send, one command; an ordered write stops at a command
 //	                             that did not write all
 //	attempt        loop.go       send one command (Send), one hook event each side; a panic
@@ -27,16 +35,16 @@
 //	                             (policy.Extract, Failure.Proof, the policy.ReplyShapes table;
 //	                             a command of one statement: statement.go, oneStatement)
 //	decide         route.go      classify (policy.Classifier), then Route: one Decision
-//	apply          loop.go       Settle -> done; Retry -> retrying; ReadBack, DeadLetter,
+//	apply          state.go      Settle -> done; Retry -> retrying; ReadBack, DeadLetter,
 //	                             HandleConflict -> collected, then carryOut:
-//	carryOut       loop.go       readBackAll (readback.go), conflicts (conflict.go), park (deadletter.go)
-//	stopOrdered    loop.go       an ordered write ends after its first unhandled document: GiveUp
+//	carryOut       state.go      readBackAll (readback.go), conflicts (conflict.go), park (deadletter.go)
+//	stopOrdered    state.go      an ordered write ends after its first unhandled document: giveUp
 //	observe        bisect.go     start, narrow or end a bisection from what the attempt proved
 //	scheduleRetry  retry.go      attempt limit (AttemptLimit), MaxElapsed, retry budget, backoff
-//	                             wait; what may not go again: GiveUp
+//	                             wait; what may not go again: giveUp (GiveUp)
 //	flush          deadletter.go parked -> one gathered sink Put -> done (side.go retries it)
-//	release        loop.go       a stored insert's bytes go as it settles (its _id stays)
-//	finish         result.go     Result -> Config.Report; the OperationFinished hook
+//	finish         result.go     Config.Settled, then Result -> Config.Report; the
+//	                             OperationFinished hook
 //
 // # One state per document (state.go)
 //
@@ -45,6 +53,10 @@
 // of legal moves. What attempts proved the document may be (evidence:
 // none, maybe applied, applied unconfirmed) is kept beside it, never
 // lowered except by a read-back that finds another document under the _id.
+// The primitives every step calls live beside that table: settle (-> done,
+// one Disposition hook event; a stored insert's bytes go: release), apply
+// (one Decision), carryOut, giveUp (GiveUp for each document a stop ends)
+// and stopOrdered.
 //
 // # Where each kind of reply is read
 //
@@ -60,20 +72,24 @@
 //   - a duplicate key on a possibly applied insert: readBackAll
 //     (AfterReadBack: its own write, someone else's, or absent);
 //   - the dead-letter sink's and a read-back's errors: retrySide;
-//   - the target (target.go): read-backs read the primary (PrimaryReads);
-//     whether _id is unique (UniqueID) decides whether a possibly applied
-//     insert may be re-sent; the write limits (LimitsOf) bound commands.
+//   - the target: read-backs read the primary (Config.Reader, which the
+//     root makes with readback.PrimaryReads); whether _id is unique
+//     (target.go, UniqueID) decides whether a possibly applied insert may
+//     be re-sent; the write limits (LimitsOf) bound commands.
 //
 // # The path of one failed batch
 //
 // An InsertMany of 3 documents whose second one fails 121 (unordered):
-// Call.run -> commands -> attempt (Send; policy.Extract) -> route -> verdicts (write
-// error: the failed document not applied, the others applied) -> settle
-// (documents 0 and 2 written) -> decide (Invalid) -> Route (DeadLetter) ->
-// apply -> carryOut -> park -> run's loop (nothing pending) ->
-// flushDeadLetters -> deadLetter -> put (retrySide) -> settle
-// (dead_lettered) -> finish -> Config.Report. Every step is in this
-// package; the root is entered again only by Send and Report.
+// Engine.Run (call.go) -> Call.run (loop.go) -> pass -> commands
+// (commands.go) -> attempt (Send; policy.Extract) -> route (route.go) ->
+// verdicts (write error: the failed document not applied, the others
+// applied) -> settle (state.go; documents 0 and 2 written) -> decide
+// (Invalid) -> Route (rules.go; DeadLetter) -> apply (state.go) ->
+// carryOut -> park (deadletter.go) -> run's loop (nothing pending) ->
+// flushDeadLetters -> deadLetter -> put (retrySide, side.go) ->
+// envelope.PutEach (Config.Sink) -> settle (dead_lettered) -> finish
+// (result.go) -> Config.Report. Every step is in this package; the root is
+// entered again only by Send, Report and Panicked.
 //
 // The rules (rules.go: Route, GiveUp, AfterReadBack, AttemptLimit,
 // OrderedWindow, ReadBackFallback, Charged) are pure functions with

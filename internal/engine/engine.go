@@ -35,7 +35,8 @@ type Resolver func(ctx context.Context, operation string, index int, doc bson.Ra
 
 // Config is what one guarded collection gives its engine: validated,
 // defaults applied (the root's options). Every field is required except
-// Sink, Fallback and Budget (nil: none) and Logger (nil: no logging).
+// Sink, Fallback and Budget (nil: none), Logger (nil: no logging) and
+// those whose nil meaning their doc states.
 type Config struct {
 	Namespace         string // "<database>.<collection>"
 	Database          string
@@ -73,6 +74,13 @@ type Config struct {
 	// dead-lettered (the root's dead-letter flood breaker). A non-nil
 	// error joins the call's Extra, and so its Report.
 	Settled func(ctx context.Context, inputs, deadLettered int) error
+	// Panicked builds the error of a recovered panic (panic.go): of user
+	// code (what: "conflict handler", "dead-letter sink", "the document's
+	// encoder") or raised while the Target ran ("target"), with the panic's
+	// value and the stack of the goroutine that panicked
+	// (runtime/debug.Stack). The root's builds a *writeguard.PanicError;
+	// nil: an error naming what panicked and the value, without the stack.
+	Panicked func(what string, value any, stack []byte) error
 	// NewEncoder makes the encoder of inserted documents on w, configured
 	// as the target collection's (driveropts.Encoder); nil: the default
 	// registry and no options, as bson.Marshal encodes.
@@ -97,6 +105,9 @@ func New(cfg Config) *Engine {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Panicked == nil {
+		cfg.Panicked = panicMessage
 	}
 	e := &Engine{cfg: cfg, observed: cfg.Observed, hooks: cfg.Hooks, logLimit: loglimit.New(time.Minute, cfg.Clock.Now), encoders: defaultEncoders}
 	if cfg.NewEncoder != nil {

@@ -29,19 +29,19 @@ var (
 	ErrInvalidBSON = errors.New("invalid BSON document")
 )
 
-// PrepareDocs takes the documents of an insert call: docs[i] is input i
-// (len(docs) == Len()); the call takes docs over and clears each entry
-// once it is prepared. They are prepared as the call goes (prepareAhead):
-// each one before the first command that carries it, so a call holds the
-// prepared bytes of the documents still undecided, not of all of them.
-func (c *Call) PrepareDocs(docs []any) {
+// takeDocs takes the documents of an insert call (Inputs.Docs): docs[i]
+// is input i; the call takes docs over and clears each entry once it is
+// prepared. They are prepared as the call goes (prepareAhead): each one
+// before the first command that carries it, so a call holds the prepared
+// bytes of the documents still undecided, not of all of them.
+func (c *Call) takeDocs(docs []any) {
 	for _, it := range c.items {
 		it.kind = KindInsert
 	}
 	c.inputs, c.next = docs, 0
 }
 
-// prepareAhead prepares the next documents of PrepareDocs in input order,
+// prepareAhead prepares the next documents of takeDocs in input order,
 // until the prepared documents not sent yet fill one command (the
 // server's maxWriteBatchSize documents, or maxMessageSizeBytes -
 // CommandMargin bytes and one more), or all of them with all set, then
@@ -108,7 +108,8 @@ func (c *Call) prepareDocs(its []*item, docs []any) {
 // per-document allocation: Batch.Doc hands it to the driver as a sendDoc).
 // The caller's own bytes (bson.Raw, []byte) are checked and sent as they
 // are when they carry an _id. A panic of the caller's encoder (a
-// MarshalBSON) fails this document alone, as a *PanicError: the others
+// MarshalBSON) fails this document alone, with Config.Panicked's error
+// (the root's *PanicError): the others
 // of the call, some of them maybe stored already, keep their outcomes.
 // remaining is the number of documents from this one on (the arena's
 // estimate).
@@ -128,7 +129,9 @@ func (c *Call) prepareDoc(enc *docEncoder, it *item, doc any, remaining int) {
 			break
 		}
 		it.doc, it.id, it.idAssigned, err = enc.encode(doc, remaining)
-		if _, panicked := err.(*PanicError); err != nil && !panicked {
+		if p, panicked := err.(*encoderPanic); panicked {
+			err = c.e.cfg.Panicked("the document's encoder", p.value, p.stack)
+		} else if err != nil {
 			err = mongo.MarshalError{Value: doc, Err: err}
 		}
 	}
@@ -229,14 +232,14 @@ func (e *docEncoder) reset() { e.enc = e.make(&e.a) }
 // writeguard's.
 //
 // A panic of the document's own encoder (a MarshalBSON) is returned as a
-// *PanicError (recovered here, in a defer of this function, so that the
+// *encoderPanic (recovered here, in a defer of this function, so that the
 // happy path allocates nothing for it).
 func (e *docEncoder) encode(doc any, remaining int) (raw bson.Raw, id bson.RawValue, assigned bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			e.reset() // the value writer may be in the middle of a document
 			raw, id, assigned = nil, bson.RawValue{}, false
-			err = &PanicError{What: "the document's encoder", Value: r, stack: debug.Stack()}
+			err = &encoderPanic{value: r, stack: debug.Stack()}
 		}
 	}()
 	e.a.remaining, e.a.writes = remaining, 0
@@ -334,11 +337,12 @@ func appendWithID(dst []byte, raw bson.Raw, oid bson.ObjectID) []byte {
 	return dst
 }
 
-// PrepareModels reads every model's kind, prepares the documents of the
-// insert models together (prepareDocs) and sends each insert model as a
-// copy holding its prepared document; other models are sent as they are.
-// A nil or unsupported model is an error naming its index.
-func (c *Call) PrepareModels(models []mongo.WriteModel) error {
+// prepareModels reads every model's kind (Inputs.Models, which passed
+// CheckModels), prepares the documents of the insert models together
+// (prepareDocs) and sends each insert model as a copy holding its
+// prepared document; other models are sent as they are. A nil or
+// unsupported model is an error naming its index.
+func (c *Call) prepareModels(models []mongo.WriteModel) error {
 	var inserts []*item
 	var docs []any
 	for i, m := range models {
@@ -368,28 +372,50 @@ func nilValue(v any) bool {
 	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
-// prepareModel records the kind of one model.
-func (c *Call) prepareModel(it *item, m mongo.WriteModel) error {
-	i := it.index
-	if m != nil && nilValue(m) {
-		return fmt.Errorf("invalid model at index %d: a nil %T: %w", i, m, mongo.ErrNilDocument)
+// CheckModels checks the write models of a call as the driver does before
+// it sends anything: a nil model, a typed nil pointer, or a model of a type
+// other than the driver's six (InsertOneModel, UpdateOneModel,
+// UpdateManyModel, ReplaceOneModel, DeleteOneModel, DeleteManyModel) is an
+// invalid argument, and the error names its index. Inputs.Models must pass
+// it.
+func CheckModels(models []mongo.WriteModel) error {
+	for i, m := range models {
+		if _, _, err := kindOf(i, m); err != nil {
+			return err
+		}
 	}
-	it.model, it.send, it.cmd = m, m, cmdOf(m)
+	return nil
+}
+
+// kindOf returns the kind of model m, at index i of its call, and whether
+// it is an upsert; or the invalid-argument error naming i.
+func kindOf(i int, m mongo.WriteModel) (kind Kind, upsert bool, err error) {
+	if m != nil && nilValue(m) {
+		return 0, false, fmt.Errorf("invalid model at index %d: a nil %T: %w", i, m, mongo.ErrNilDocument)
+	}
 	switch mm := m.(type) {
 	case *mongo.InsertOneModel:
-		it.kind = KindInsert
+		return KindInsert, false, nil
 	case *mongo.UpdateOneModel:
-		it.kind, it.upsert = KindUpdate, mm.Upsert != nil && *mm.Upsert
+		return KindUpdate, mm.Upsert != nil && *mm.Upsert, nil
 	case *mongo.UpdateManyModel:
-		it.kind, it.upsert = KindUpdate, mm.Upsert != nil && *mm.Upsert
+		return KindUpdate, mm.Upsert != nil && *mm.Upsert, nil
 	case *mongo.ReplaceOneModel:
-		it.kind, it.upsert = KindReplace, mm.Upsert != nil && *mm.Upsert
+		return KindReplace, mm.Upsert != nil && *mm.Upsert, nil
 	case *mongo.DeleteOneModel, *mongo.DeleteManyModel:
-		it.kind = KindDelete
+		return KindDelete, false, nil
 	case nil:
-		return fmt.Errorf("invalid model at index %d: %w", i, mongo.ErrNilDocument)
-	default:
-		return fmt.Errorf("invalid model at index %d: unsupported write model %T", i, m)
+		return 0, false, fmt.Errorf("invalid model at index %d: %w", i, mongo.ErrNilDocument)
 	}
+	return 0, false, fmt.Errorf("invalid model at index %d: unsupported write model %T", i, m)
+}
+
+// prepareModel records the kind of one model (kindOf).
+func (c *Call) prepareModel(it *item, m mongo.WriteModel) error {
+	kind, upsert, err := kindOf(it.index, m)
+	if err != nil {
+		return err
+	}
+	it.model, it.send, it.cmd, it.kind, it.upsert = m, m, cmdOf(m), kind, upsert
 	return nil
 }

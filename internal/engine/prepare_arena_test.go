@@ -47,8 +47,8 @@ func TestPrepareDocsEncodesOnce(t *testing.T) {
 		line{SKU: "D-4", Qty: 1}, // 10: after the large one
 	}
 	e := New(Config{})
-	c := e.NewCall("insertMany", false, len(docs))
-	c.PrepareDocs(slices.Clone(docs)) // it clears the entries it has prepared
+	c := e.newCall("insertMany", false, len(docs))
+	c.takeDocs(slices.Clone(docs)) // it clears the entries it has prepared
 	c.prepareNext(context.Background(), true)
 	its := c.items
 
@@ -116,8 +116,8 @@ func TestPrepareDocsManyDocuments(t *testing.T) {
 	for i := range docs {
 		docs[i] = line{SKU: strings.Repeat("s", i%50), Qty: int32(i)}
 	}
-	c := New(Config{}).NewCall("insertMany", false, n)
-	c.PrepareDocs(docs)
+	c := New(Config{}).newCall("insertMany", false, n)
+	c.takeDocs(docs)
 	c.prepareNext(context.Background(), true)
 	for i, it := range c.items {
 		if it.doc.Lookup("qty").Int32() != int32(i) || len(it.doc.Lookup("sku").StringValue()) != i%50 {
@@ -175,8 +175,8 @@ func TestSendDocNoBox(t *testing.T) {
 func TestNilTypedInputs(t *testing.T) {
 	type line struct{ A int }
 	e := New(Config{})
-	c := e.NewCall("insertMany", true, 3)
-	c.PrepareDocs([]any{&line{1}, (*line)(nil), bson.M(nil)})
+	c := e.newCall("insertMany", true, 3)
+	c.takeDocs([]any{&line{1}, (*line)(nil), bson.M(nil)})
 	c.prepareNext(context.Background(), true)
 	if it := c.items[1]; it.state != prefailed || !errors.Is(it.fail.Err, mongo.ErrNilDocument) || !strings.Contains(it.fail.Message, "*engine.line") {
 		t.Errorf("typed nil pointer: state %s, failure %+v", it.state, it.fail)
@@ -185,8 +185,8 @@ func TestNilTypedInputs(t *testing.T) {
 		t.Errorf("a pointer to a struct: state %s", it.state)
 	}
 	for _, m := range []mongo.WriteModel{(*mongo.InsertOneModel)(nil), (*mongo.UpdateOneModel)(nil), (*mongo.DeleteManyModel)(nil)} {
-		c := e.NewCall("bulkWrite", true, 2)
-		err := c.PrepareModels([]mongo.WriteModel{mongo.NewInsertOneModel().SetDocument(bson.D{}), m})
+		c := e.newCall("bulkWrite", true, 2)
+		err := c.prepareModels([]mongo.WriteModel{mongo.NewInsertOneModel().SetDocument(bson.D{}), m})
 		if !errors.Is(err, mongo.ErrNilDocument) || !strings.Contains(err.Error(), "index 1") {
 			t.Errorf("%T(nil): %v, want an error naming index 1", m, err)
 		}

@@ -3,43 +3,26 @@ package engine
 import "strconv"
 
 // Reason says why an input ended without being stored or handled: why its
-// retries stopped, or why it was never retried. The root re-exports it as
-// writeguard.Reason, in Outcome.Reason. ReasonNone for inputs stored or
-// handled.
+// retries stopped, or why it was never retried (Result.Reason). The root
+// lifts each into its own writeguard.Reason of the same name, in
+// Outcome.Reason. ReasonNone for inputs stored or handled.
 type Reason uint8
 
-// The reasons.
+// The reasons, each with where the engine gives it. The root's
+// writeguard.Reason has the same list, in the same order, with what each
+// means to the caller.
 const (
-	// ReasonNone: stored (written, already_written, written_unconfirmed)
-	// or handled (dead-lettered, a conflict handler's resolution), or a
-	// conflict the handler left unresolved: the disposition says it all.
-	ReasonNone Reason = iota
-	// ReasonAttemptsSpent: its attempts reached the limit of its class.
-	ReasonAttemptsSpent
-	// ReasonMaxElapsed: the next wait would have ended past the call's
-	// Backoff.MaxElapsed.
-	ReasonMaxElapsed
-	// ReasonBudgetRefused: the retry budget refused the retry.
-	ReasonBudgetRefused
-	// ReasonDeadline: the context ended, or its deadline was too close for
-	// the next wait.
-	ReasonDeadline
-	// ReasonOrderedStop: an ordered write stopped at an earlier input that
-	// ended unhandled.
-	ReasonOrderedStop
-	// ReasonConfiguration: a configuration failure ended the call.
-	ReasonConfiguration
-	// ReasonNotSent: it never left the client (a client-side error).
-	ReasonNotSent
-	// ReasonNotRetried: its failure's class is never retried (unknown,
-	// configuration; invalid, when no dead-letter sink is set).
-	ReasonNotRetried
-	// ReasonNotResendable: an attempt may have applied it, and it may not
-	// be sent again (a non-idempotent update, an insert where _id is not
-	// unique).
-	ReasonNotResendable
-	// ReasonSinkFailed: invalid, and no dead-letter sink stored it.
-	ReasonSinkFailed
+	ReasonNone          Reason = iota // stored or handled, or a conflict the handler left (Result.Reason)
+	ReasonAttemptsSpent               // giveUp, StopAttempts: scheduleRetry (AttemptLimit)
+	ReasonMaxElapsed                  // giveUp, StopElapsed: scheduleRetry
+	ReasonBudgetRefused               // giveUp, StopBudget: scheduleRetry
+	ReasonDeadline                    // giveUp, StopContext: run, scheduleRetry's wait
+	ReasonOrderedStop                 // giveUp, StopOrdered: stopOrdered
+	ReasonConfiguration               // giveUp, StopConfiguration: route
+	ReasonNotSent                     // Route (never left the client), routePrefailed
+	ReasonNotRetried                  // Route (a class never retried), park without a sink
+	ReasonNotResendable               // Route, AfterReadBackNoUniqueID, readBackAll: maybe applied, not re-sent
+	ReasonSinkFailed                  // deadLetter: no sink stored the envelope
 )
 
 // String returns the reason's name as reports, logs and metrics show it:

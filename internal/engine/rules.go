@@ -275,7 +275,7 @@ func GiveUp(f GiveUpFacts) Decision {
 // otherwise, so it is neither exhausted (which claims every attempt
 // proved it not applied) nor not_attempted (it was sent); the Outcome
 // keeps MaybeWritten: a write still in flight on the server may yet land.
-func ReadBackFallback(StopReason) policy.Disposition {
+func ReadBackFallback() policy.Disposition {
 	return policy.OutcomeUnknown
 }
 

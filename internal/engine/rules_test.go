@@ -252,10 +252,8 @@ func TestOrderedWindow(t *testing.T) {
 // them: never exhausted (every attempt proved it not applied) and never
 // not_attempted (it was sent).
 func TestReadBackFallbackIsUnknown(t *testing.T) {
-	for _, why := range []engine.StopReason{engine.StopAttempts, engine.StopElapsed, engine.StopBudget, engine.StopContext, engine.StopOrdered, engine.StopConfiguration} {
-		if d := engine.ReadBackFallback(why); d != policy.OutcomeUnknown {
-			t.Errorf("ReadBackFallback(%d) = %s, want unknown", why, d)
-		}
+	if d := engine.ReadBackFallback(); d != policy.OutcomeUnknown {
+		t.Errorf("ReadBackFallback() = %s, want unknown", d)
 	}
 }
 

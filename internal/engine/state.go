@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -106,3 +108,174 @@ func (it *item) idValue() any { return policy.IDValue(it.id) }
 
 // mayBeApplied reports whether an attempt may have applied it.
 func (it *item) mayBeApplied() bool { return it.ev != noEvidence }
+
+// The document primitives every step of the loop calls: they move a
+// document along the life cycle above (settle, apply, giveUp, stopOrdered)
+// and let its bytes go once it is stored (release).
+
+// todo collects the actions decided for the documents of one attempt that
+// need more than a settle.
+type todo struct {
+	readBack, deadLetter, conflict []*item
+}
+
+// pending returns the items still to send, in input order.
+func (c *Call) pending() []*item {
+	out := make([]*item, 0, c.next) // one allocation, not one per doubling
+	for _, it := range c.items[:c.next] {
+		if it.live() {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// settle gives it its terminal disposition and reports it.
+func (c *Call) settle(it *item, d policy.Disposition) {
+	if it.state == done {
+		return
+	}
+	it.disp = d
+	it.to(done)
+	if it.kind == KindInsert && (d == policy.Written || d == policy.AlreadyWritten) {
+		c.release(it)
+	}
+	if !c.e.observed {
+		return
+	}
+	ev := &hooks.Disposition{Op: c.op, Index: it.index, Disposition: d, Attempts: it.attempts, FailingKeywords: it.keywords}
+	if it.kind == KindInsert {
+		ev.ID = it.idValue()
+	}
+	if it.fail != nil && d != policy.Written {
+		ev.Failed = true
+		ev.Class, ev.Code, ev.CodeName = it.class, it.fail.Code, it.fail.CodeName
+	}
+	c.e.hooks.Disposition(c.ctx, ev)
+}
+
+// apply carries out one decision for it; actions that need I/O are
+// collected in td.
+func (c *Call) apply(it *item, d Decision, td *todo) {
+	switch d.Action {
+	case Settle:
+		if d.Reason != ReasonNone {
+			it.reason = d.Reason
+		}
+		c.settle(it, d.Disposition)
+	case Retry:
+		it.to(retrying)
+		if d.Rule == RuleUpsertRace {
+			it.upsertRuns++
+		}
+	case ReadBack:
+		td.readBack = append(td.readBack, it)
+	case DeadLetter:
+		td.deadLetter = append(td.deadLetter, it)
+	case HandleConflict:
+		td.conflict = append(td.conflict, it)
+	}
+}
+
+// carryOut runs the collected actions: read-backs first (a read-back can
+// end in the conflict handler), then conflicts, then the dead-letter
+// hand-off. fallback is the disposition of a possibly applied document
+// whose read-back finds nothing or fails when the call stops retrying it
+// ("" after a duplicate key: see policy.AfterReadBack).
+func (c *Call) carryOut(ctx context.Context, td *todo, fallback policy.Disposition, others []*item) {
+	c.readBackAll(ctx, td, fallback, others)
+	for _, it := range td.conflict {
+		if !c.conflictIdentifiable(it) {
+			continue
+		}
+		c.handleConflict(ctx, it)
+	}
+	c.park(ctx, td.deadLetter)
+}
+
+// stopOrdered ends an ordered write at its first unhandled document: the
+// documents after it that are not done are given up (policy.GiveUp,
+// StopOrdered: not_attempted), prepared first so that the Report has each
+// one's _id and bytes; one that fails to prepare is given up as well,
+// with that failure, since the write never reached it.
+func (c *Call) stopOrdered(ctx context.Context) {
+	if !c.ordered {
+		return
+	}
+	stop := -1
+	for i, it := range c.items[:c.next] {
+		if it.state == done && !it.disp.Handled() && !it.disp.Stored() {
+			stop = i
+			break
+		}
+	}
+	if stop < 0 {
+		return
+	}
+	c.prepareNext(ctx, true)
+	var tail []*item
+	for _, it := range c.items[stop+1:] {
+		if it.live() || it.state == prefailed {
+			tail = append(tail, it)
+		}
+	}
+	c.giveUp(ctx, tail, StopOrdered)
+}
+
+// giveUp ends items that will not be sent again, as policy.GiveUp decides.
+func (c *Call) giveUp(ctx context.Context, its []*item, why StopReason) {
+	if len(its) == 0 {
+		return
+	}
+	var td todo
+	canRead := ctx.Err() == nil
+	fallback := ReadBackFallback()
+	for _, it := range its {
+		if !it.live() && it.state != prefailed {
+			continue
+		}
+		it.reason = why.Reason()
+		c.apply(it, GiveUp(GiveUpFacts{Reason: why, Kind: it.kind, Sent: it.attempts > 0,
+			EverMaybe: it.mayBeApplied(), Unconfirmed: it.ev == unconfirmed, CanRead: canRead}), &td)
+	}
+	c.carryOut(ctx, &td, fallback, nil)
+	for _, it := range its {
+		if it.state != parked {
+			c.settle(it, fallback) // a read-back that could not decide
+		}
+	}
+}
+
+// release lets the prepared bytes of a stored insert go: nothing reads
+// them again (Outcome.Document is nil for written and already_written).
+// Its _id stays, copied out of the arena when the call prepares its
+// documents in several steps, so that the arena's chunks go with the
+// documents they hold.
+func (c *Call) release(it *item) {
+	it.doc = nil
+	if c.spread {
+		it.id.Value = c.keepID(it.id.Value)
+	}
+}
+
+// keepID copies v into the call's store of kept _ids (chunks of
+// idChunk bytes) and returns the copy.
+func (c *Call) keepID(v []byte) []byte {
+	if cap(c.ids)-len(c.ids) < len(v) {
+		c.ids = make([]byte, 0, max(len(v), idChunk))
+	}
+	start := len(c.ids)
+	c.ids = append(c.ids, v...)
+	return c.ids[start:len(c.ids):len(c.ids)]
+}
+
+// idChunk is the size of a chunk of kept _ids (16 KiB: about 1,300
+// ObjectIDs).
+const idChunk = 16 << 10
+
+// rest prepares every document not prepared yet and returns the items
+// still to send: what a call gives up when it stops as a whole.
+func (c *Call) rest(ctx context.Context) []*item {
+	c.prepareAhead(ctx, true)
+	return c.pending()
+}

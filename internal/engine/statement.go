@@ -7,27 +7,25 @@ import (
 // callExt is the state of a call that the per-model idempotence marks, the
 // one-statement rule and bisection (bisect.go) keep beside the loop's.
 type callExt struct {
-	idem   map[int]bool    // inputs marked idempotent one by one (SetIdempotentModels)
+	idem   map[int]bool    // inputs marked idempotent one by one (Spec.IdempotentModels)
 	whole  *policy.Failure // the last attempt's whole-command failure (verdicts), nil when none
 	wholeN int             // the number of documents of that attempt
 	bis    bisection
 }
 
-// NeverResend takes back every idempotence mark of the call (SetIdempotent,
-// SetIdempotentModels): a write that may have been applied is not sent
-// again, whatever the caller marked. The root uses it for findAndModify,
-// whose result (the document before or after the write) a second run
-// cannot give back.
-func (c *Call) NeverResend() {
+// neverResend takes back every idempotence mark of the call
+// (Spec.NeverResend): a write that may have been applied is not sent
+// again, whatever the caller marked.
+func (c *Call) neverResend() {
 	c.idempotent = false
 	c.ext.idem = nil
 }
 
-// SetIdempotentModels marks the inputs at indexes (positions in the
-// caller's input) safe to re-send after an ambiguous failure, beside
-// SetIdempotent which marks all of them (writeguard.IdempotentModels).
-// Indexes out of range are ignored.
-func (c *Call) SetIdempotentModels(indexes []int) {
+// markIdempotent marks the inputs at indexes (positions in the caller's
+// input) safe to re-send after an ambiguous failure (Spec.IdempotentModels),
+// beside Spec.Idempotent which marks all of them. Indexes out of range are
+// ignored.
+func (c *Call) markIdempotent(indexes []int) {
 	for _, i := range indexes {
 		if i < 0 || i >= len(c.items) {
 			continue
@@ -37,13 +35,6 @@ func (c *Call) SetIdempotentModels(indexes []int) {
 		}
 		c.ext.idem[i] = true
 	}
-}
-
-// Idempotent reports whether input i may be re-sent after an attempt that
-// may have applied it: an insert (its _id makes it idempotent), or a model
-// the caller marked (SetIdempotent, SetIdempotentModels).
-func (c *Call) Idempotent(i int) bool {
-	return c.items[i].kind == KindInsert || c.idempotentItem(c.items[i])
 }
 
 // idempotentItem reports whether the caller marked it idempotent.
@@ -84,12 +75,11 @@ func (c *Call) oneStatement(batch []*item, whole *policy.Failure) bool {
 	return false
 }
 
-// SetMaybeApplied records that an earlier call may have applied the inputs
-// at indexes (writeguard's Report.Remaining, finishing a call): they start
-// with the evidence "maybe applied", as if an earlier attempt of this call
-// had sent them, so that a duplicate key on an insert's own _id is read
-// back. Indexes out of range are ignored.
-func (c *Call) SetMaybeApplied(indexes []int) {
+// markMaybeApplied records that an earlier call may have applied the
+// inputs at indexes (Spec.MaybeApplied): they start with the evidence
+// "maybe applied", as if an earlier attempt of this call had sent them.
+// Indexes out of range are ignored.
+func (c *Call) markMaybeApplied(indexes []int) {
 	for _, i := range indexes {
 		if i >= 0 && i < len(c.items) {
 			c.items[i].ev = max(c.items[i].ev, maybe)

@@ -6,32 +6,12 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
-	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 )
 
 // What the engine learns about its target, asked through the optional
-// methods the root documents (writeguard.PrimaryReader, UniqueIDTarget,
-// HelloTarget).
-
-// PrimaryReads returns the view of t that reads what its primary holds
-// (writeguard.PrimaryReader): a *mongo.Collection cloned with read
-// preference primary and read concern local; a t with ReadPrimary, its
-// view; any other Reader as it is.
-func PrimaryReads(t Reader) Reader {
-	switch c := t.(type) {
-	case *mongo.Collection:
-		return c.Clone(options.Collection().SetReadPreference(readpref.Primary()).SetReadConcern(readconcern.Local()))
-	case interface {
-		ReadPrimary() interface {
-			Find(ctx context.Context, filter any, opts ...options.Lister[options.FindOptions]) (*mongo.Cursor, error)
-		}
-	}:
-		return c.ReadPrimary()
-	}
-	return t
-}
+// methods the root documents (UniqueIDTarget, HelloTarget). Its
+// read-backs read the primary (readback.PrimaryReads, which the root
+// hands it as Config.Reader).
 
 // UniqueID returns what the engine asks (Config.UniqueID) of target t:
 // the declared value, or what t says (a *mongo.Collection: listCollections

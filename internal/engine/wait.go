@@ -36,7 +36,7 @@ func Wait(ctx context.Context, clock Clock, d time.Duration) error {
 	}
 }
 
-// Clock is the loop's time source: the wall clock, or what the deprecated
+// Clock is the loop's time source: the wall clock, or what
 // writeguard.WithClock gave (a policy.Clock).
 type Clock interface {
 	Now() time.Time

@@ -10,11 +10,32 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 )
 
 // Finder is what ByID reads through: a *mongo.Collection or a test double.
 type Finder interface {
 	Find(ctx context.Context, filter any, opts ...options.Lister[options.FindOptions]) (*mongo.Cursor, error)
+}
+
+// PrimaryReads returns the view of f that reads what its primary holds
+// (writeguard.PrimaryReader): a *mongo.Collection cloned with read
+// preference primary and read concern local; an f with ReadPrimary, its
+// view; any other Finder as it is. A read-back must see the primary: a
+// secondary that has not replicated a write would read it as absent.
+func PrimaryReads(f Finder) Finder {
+	switch c := f.(type) {
+	case *mongo.Collection:
+		return c.Clone(options.Collection().SetReadPreference(readpref.Primary()).SetReadConcern(readconcern.Local()))
+	case interface {
+		ReadPrimary() interface {
+			Find(ctx context.Context, filter any, opts ...options.Lister[options.FindOptions]) (*mongo.Cursor, error)
+		}
+	}:
+		return c.ReadPrimary()
+	}
+	return f
 }
 
 // Key returns a map key for an _id value: its BSON type byte followed by

@@ -75,3 +75,27 @@ func TestByIDChunks(t *testing.T) {
 		t.Fatalf("%d documents in %d finds (err %v), want 250 in 3", len(got), f.finds, err)
 	}
 }
+
+// PrimaryReads reads through a Finder's ReadPrimary view when it has one
+// (a lagging secondary would read the last writes as absent), and reads
+// any other Finder as it is.
+func TestPrimaryReads(t *testing.T) {
+	ctx := context.Background()
+	fake := mocks.NewFake("db.c").Lag(1)
+	if err := fake.Seed(bson.D{{Key: "_id", Value: int32(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := bson.Marshal(bson.D{{Key: "v", Value: int32(1)}})
+	ids := bson.A{bson.Raw(raw).Lookup("v")}
+	got, err := readback.ByID(ctx, readback.PrimaryReads(fake), ids)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("through PrimaryReads: %d documents, err %v; want the lagging write", len(got), err)
+	}
+	if primary, other := fake.Reads(); primary != 1 || other != 0 {
+		t.Errorf("reads: %d primary, %d other; want 1 and 0", primary, other)
+	}
+	plain := struct{ readback.Finder }{fake} // no ReadPrimary: read as it is
+	if got, err := readback.ByID(ctx, readback.PrimaryReads(plain), ids); err != nil || len(got) != 0 {
+		t.Errorf("without ReadPrimary: %d documents, err %v; want the secondary's view (none)", len(got), err)
+	}
+}

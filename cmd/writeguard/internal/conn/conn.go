@@ -116,14 +116,6 @@ func Open(ctx context.Context, opts Options) (*Conn, error) {
 	return c, nil
 }
 
-// DataDir returns the embedded server's data directory ("" for MongoDB).
-func (c *Conn) DataDir() string {
-	if c.srv == nil {
-		return ""
-	}
-	return c.srv.DataDir()
-}
-
 // Close disconnects the client, then stops the proxy and the server.
 func (c *Conn) Close(ctx context.Context) error {
 	var errs []error
