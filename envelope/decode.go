@@ -103,7 +103,7 @@ func IDString(id bson.RawValue) string {
 // exact bytes (original_raw, ...) are read back into Original, ErrInfo
 // and CallOptions.
 func Decode(raw bson.Raw) (Envelope, error) {
-	env, err := decode(raw)
+	env, err := DecodeProjected(raw)
 	if err != nil {
 		return env, err
 	}
@@ -113,9 +113,11 @@ func Decode(raw bson.Raw) (Envelope, error) {
 	return env, nil
 }
 
-// decode is Decode without the check for an original (for projections
-// without it).
-func decode(raw bson.Raw) (Envelope, error) {
+// DecodeProjected is Decode without the check for an original: it decodes
+// a projection of a stored envelope that leaves the original out (as
+// dlq.Stats reads the envelopes it counts), with the same *DecodeError
+// for a field of the wrong type or a document that is not valid BSON.
+func DecodeProjected(raw bson.Raw) (Envelope, error) {
 	var env Envelope
 	if err := raw.Validate(); err != nil {
 		return Envelope{}, decodeFailure(raw, err)

@@ -155,10 +155,6 @@ type Envelope struct {
 	// the payload, when there was one (hex, W3C trace context).
 	TraceID string `bson:"trace_id,omitempty" json:"trace_id,omitempty"`
 	SpanID  string `bson:"span_id,omitempty" json:"span_id,omitempty"`
-
-	// refused is a server's refusal of this envelope's sub-documents
-	// (MongoSink stores it again with them as bytes); not stored.
-	refused string
 }
 
 // BinaryField is one entry of Envelope.Binary.

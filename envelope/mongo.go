@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,123 +16,7 @@ import (
 	"github.com/writeguard/writeguard/policy"
 )
 
-// MaxBSONSize is the largest document a MongoDB server stores, 16 MiB: it
-// is policy.MaxBSONSize, kept here under its old name.
-const MaxBSONSize = policy.MaxBSONSize
-
-// EnvelopeHeadroom is the room, in bytes, that MongoSink keeps free below
-// MaxBSONSize when it decides whether an envelope fits: the fields set by
-// the update operators ($inc attempts, $max last_seen, $set status), the
-// ones a replay or a discard add later (replayed_at, discarded_at), the
-// server's _id, and the update statement around the envelope
-// ({q: {fingerprint}, u: {$setOnInsert: ...}, upsert: true}).
-const EnvelopeHeadroom = 16 * 1024
-
-// MaxEnvelopeSize is the largest stored envelope MongoSink writes:
-// MaxBSONSize − EnvelopeHeadroom bytes. A larger one has its original
-// truncated (see MongoSink).
-const MaxEnvelopeSize = MaxBSONSize - EnvelopeHeadroom
-
-// maxDroppedNames bounds Envelope.OriginalDropped.
-const maxDroppedNames = 100
-
-// DefaultUpsertRetries is how many more times MongoSink.Put sends the
-// envelopes that lost a race on the unique fingerprint index (11000): the
-// upserts that failed, or, WithInsertFirst, the envelopes deleted between
-// their failed insert and their recapture update.
-const DefaultUpsertRetries = 3
-
-// SinkOption configures a MongoSink (NewMongoSink) or a FileSink
-// (NewFileSink). Options are applied in order, then checked together: a
-// nil option or a bad value is an error naming it (all of them joined).
-type SinkOption interface {
-	apply(*sinkConfig)
-}
-
-type sinkOptionFunc func(*sinkConfig)
-
-func (f sinkOptionFunc) apply(c *sinkConfig) { f(c) }
-
-type sinkConfig struct {
-	redact        func(bson.Raw) bson.Raw
-	redactErrInfo func(bson.Raw) bson.Raw
-	upsertRetries int
-	insertFirst   bool
-	setup         []SetupOption
-	logger        *slog.Logger
-	fpKey         []byte
-	encrypted     map[string][]string // namespace → paths (WithEncryptedPaths)
-	plaintext     bool                // WithPlaintextEncryptedFields
-	now           func() time.Time
-	errs          []error
-}
-
-// newSinkConfig applies opts; c.err() reports what was wrong with them.
-func newSinkConfig(opts []SinkOption) sinkConfig {
-	c := sinkConfig{upsertRetries: DefaultUpsertRetries, now: time.Now}
-	for i, o := range opts {
-		if o == nil {
-			c.errs = append(c.errs, fmt.Errorf("envelope: sink option %d is nil", i))
-			continue
-		}
-		o.apply(&c)
-	}
-	return c
-}
-
-func (c *sinkConfig) err() error { return errors.Join(c.errs...) }
-
-// WithRedact sets a hook that rewrites each envelope's original before it
-// is stored, e.g. to drop an ssn field. It receives the original (a valid
-// BSON document; it must not modify the bytes) and returns the document to
-// store, which must be valid BSON: a Put whose hook returns invalid BSON
-// fails rather than store the unredacted document. Returning nil stores an
-// empty document.
-//
-// An envelope whose original the hook changed gets a fingerprint that
-// lets no reader confirm a guess of the removed values: SchemeKeyed with
-// WithFingerprintKey, else SchemeStored (see their cost to dedupe). It is
-// stored with
-// original_redacted: true, and a replay skips it unless told otherwise
-// (its original is no longer the rejected payload).
-//
-// The hook does not touch err_info, whose consideredValue fields can hold
-// the same values: see WithRedactErrInfo.
-func WithRedact(f func(original bson.Raw) bson.Raw) SinkOption {
-	return sinkOptionFunc(func(c *sinkConfig) { c.redact = f })
-}
-
-// WithRedactErrInfo sets a hook that rewrites each envelope's errInfo
-// before it is stored (the server's errInfo repeats the offending values
-// in consideredValue). Same rules as WithRedact; failing_keywords and
-// failing_paths, computed from the full errInfo, are kept.
-func WithRedactErrInfo(f func(errInfo bson.Raw) bson.Raw) SinkOption {
-	return sinkOptionFunc(func(c *sinkConfig) { c.redactErrInfo = f })
-}
-
-// WithUpsertRetries sets how many more times MongoSink.Put sends the
-// envelopes that lost a race on the fingerprint index
-// (DefaultUpsertRetries by default; 0: return the error at once; negative:
-// an error). Ignored by FileSink.
-func WithUpsertRetries(n int) SinkOption {
-	return sinkOptionFunc(func(c *sinkConfig) {
-		if n < 0 {
-			c.errs = append(c.errs, fmt.Errorf("envelope: WithUpsertRetries(%d): want ≥ 0", n))
-			return
-		}
-		c.upsertRetries = n
-	})
-}
-
-// WithInsertFirst makes MongoSink.Put insert new envelopes and update
-// recaptured ones in bulk instead of sending one upsert per envelope: the
-// same result, much faster on servers that scan the collection for every
-// upsert (FerretDB v1; see MongoSink). Ignored by FileSink.
-func WithInsertFirst() SinkOption {
-	return sinkOptionFunc(func(c *sinkConfig) { c.insertFirst = true })
-}
-
-// dead-letter collection (DLQ), prepared by EnsureCollection. It is safe
+// MongoSink is a Sink that stores envelopes in the dead-letter collection (DLQ), prepared by EnsureCollection. It is safe
 // for concurrent use.
 //
 // Each Put is one unordered bulk write of one upsert per distinct
@@ -386,9 +268,9 @@ func (s *MongoSink) put(ctx context.Context, envs []Envelope, all bool) ([]error
 	pidx := make([]int, len(envs)) // envs[i] -> prepared index, -1 when it failed
 	var first error
 	for i := range envs {
-		env, err := prepareForStore(envs[i], s.cfg)
+		env, err := PrepareStored(envs[i], s.cfg.protection)
 		if err == nil && !s.cfg.insertFirst {
-			_, err = upsertModel(env) // fails the way the bulk write's marshalling would
+			_, err = upsertModel(env, "") // fails the way the bulk write's marshalling would
 		}
 		if err != nil {
 			if all {
@@ -456,10 +338,11 @@ func oneWriteError(fp string, we mongo.BulkWriteError, labels []string) error {
 // sending again those that failed with a duplicate key. It returns the
 // indexes (into envs) not stored, with why, and the error Put returns.
 func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) (map[int]error, error) {
+	asBytes := make([]string, len(envs)) // a server's refusal of envs[i]'s sub-documents
 	models := make([]mongo.WriteModel, len(envs))
 	idx := make([]int, len(envs)) // models[k] is envs[idx[k]]
 	for i := range envs {
-		m, err := upsertModel(envs[i])
+		m, err := upsertModel(envs[i], "")
 		if err != nil {
 			return failAll(allIndexes(len(envs)), err), err
 		}
@@ -496,12 +379,12 @@ func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) (map[int]er
 			case round < s.cfg.upsertRetries && policy.IsDuplicateKey(f):
 				again = append(again, models[we.Index])
 				againIdx = append(againIdx, i)
-			case refusesSubdocument(f.Code) && envs[i].refused == "":
+			case refusesSubdocument(f.Code) && asBytes[i] == "":
 				// The server refused a sub-document this package took
 				// for storable: send the envelope again (once) with its
 				// documents as bytes.
-				envs[i].refused = fmt.Sprintf("refused by the server as a sub-document: %d %s", f.Code, f.CodeName)
-				m, merr := upsertModel(envs[i])
+				asBytes[i] = fmt.Sprintf("refused by the server as a sub-document: %d %s", f.Code, f.CodeName)
+				m, merr := upsertModel(envs[i], asBytes[i])
 				if merr != nil {
 					failed[i] = merr
 					continue
@@ -546,10 +429,11 @@ func allIndexes(n int) []int {
 // update of the recaptured ones (WithInsertFirst). It returns the indexes
 // (into envs) not stored, with why, and the error Put returns.
 func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) (map[int]error, error) {
+	asBytes := make([]string, len(envs)) // a server's refusal of envs[i]'s sub-documents
 	docs := make([]bson.Raw, len(envs))
 	for i := range envs {
 		var err error
-		if docs[i], err = bson.Marshal(storedFields(envs[i])); err != nil {
+		if docs[i], err = bson.Marshal(StoredFields(envs[i], "")); err != nil {
 			err = fmt.Errorf("envelope: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, err)
 			return failAll(allIndexes(len(envs)), err), err
 		}
@@ -558,7 +442,7 @@ func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) (map[in
 	failed := map[int]error{}
 	var first error
 	for round := 0; ; round++ {
-		dups, ifailed, refused, err := s.insert(ctx, envs, docs, pending)
+		dups, ifailed, refused, err := s.insert(ctx, envs, asBytes, docs, pending)
 		maps.Copy(failed, ifailed)
 		first = cmpOr(first, err)
 		if len(refused) > 0 {
@@ -567,9 +451,9 @@ func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) (map[in
 			again := refused[:0:0]
 			for _, r := range refused {
 				i := r.index
-				envs[i].refused = fmt.Sprintf("refused by the server as a sub-document: %d %s", r.code, r.codeName)
+				asBytes[i] = fmt.Sprintf("refused by the server as a sub-document: %d %s", r.code, r.codeName)
 				var merr error
-				if docs[i], merr = bson.Marshal(storedFields(envs[i])); merr != nil {
+				if docs[i], merr = bson.Marshal(StoredFields(envs[i], asBytes[i])); merr != nil {
 					failed[i] = fmt.Errorf("envelope: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, merr)
 					first = cmpOr(first, failed[i])
 					continue
@@ -581,7 +465,7 @@ func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) (map[in
 				idx[k] = r.index
 			}
 			if len(idx) > 0 {
-				d2, f2, _, err := s.insert(ctx, envs, docs, idx) // refused again: failed
+				d2, f2, _, err := s.insert(ctx, envs, asBytes, docs, idx) // refused again: failed
 				maps.Copy(failed, f2)
 				first = cmpOr(first, err)
 				dups = append(dups, d2...)
@@ -620,7 +504,7 @@ type refusedInsert struct {
 // (into docs) whose insert failed with a duplicate key, those that failed
 // otherwise with why, those refused for a field name that can be stored
 // as bytes instead, and the error Put returns for them.
-func (s *MongoSink) insert(ctx context.Context, envs []Envelope, docs []bson.Raw, idx []int) ([]int, map[int]error, []refusedInsert, error) {
+func (s *MongoSink) insert(ctx context.Context, envs []Envelope, asBytes []string, docs []bson.Raw, idx []int) ([]int, map[int]error, []refusedInsert, error) {
 	batch := make([]any, len(idx))
 	for k, i := range idx {
 		batch[k] = docs[i]
@@ -649,7 +533,7 @@ func (s *MongoSink) insert(ctx context.Context, envs []Envelope, docs []bson.Raw
 		switch {
 		case policy.IsDuplicateKey(f):
 			dups = append(dups, i)
-		case refusesSubdocument(f.Code) && envs[i].refused == "":
+		case refusesSubdocument(f.Code) && asBytes[i] == "":
 			refused = append(refused, refusedInsert{index: i, code: f.Code, codeName: f.CodeName})
 		default:
 			failed[i] = oneWriteError(envs[i].Fingerprint, we, bwe.Labels)
@@ -722,17 +606,6 @@ func (s *MongoSink) update(ctx context.Context, envs []Envelope, idx []int) ([]i
 	return missing, nil
 }
 
-// RecaptureUpdate is the update MongoSink applies to the envelope of a
-// payload captured again: {$inc: {attempts}, $max: {last_seen}, $set:
-// {status: "pending"}}.
-func RecaptureUpdate(attempts int, lastSeen time.Time) bson.D {
-	return bson.D{
-		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: int32(attempts)}}},
-		{Key: "$max", Value: bson.D{{Key: "last_seen", Value: lastSeen}}},
-		{Key: "$set", Value: bson.D{{Key: "status", Value: StatusPending}}},
-	}
-}
-
 // lock takes the stripe locks of envs' fingerprints, in ascending order,
 // and returns the function that releases them.
 func (s *MongoSink) lock(envs []Envelope) func() {
@@ -795,373 +668,10 @@ func mergeByFingerprint(envs []Envelope) []Envelope {
 	return out
 }
 
-// prepareForStore applies the defaults, the withholding, the redaction
-// hooks, the fingerprint (protect) and the size limit to env.
-func prepareForStore(env Envelope, cfg sinkConfig) (Envelope, error) {
-	now := cfg.now().UTC().Truncate(time.Millisecond)
-	if env.FirstSeen.IsZero() {
-		env.FirstSeen = now
-	}
-	if env.LastSeen.IsZero() {
-		env.LastSeen = env.FirstSeen
-	}
-	env.Status = StatusPending
-	env, err := protect(env, cfg)
-	if err != nil {
-		return env, err
-	}
-	return fitEnvelope(env, MaxEnvelopeSize), nil
-}
-
-func applyRedact(f func(bson.Raw) bson.Raw, doc bson.Raw) (bson.Raw, error) {
-	in := append(bson.Raw(nil), doc...) // the hook may not keep or change ours
-	out := f(in)
-	if out == nil {
-		return bson.Raw{5, 0, 0, 0, 0}, nil
-	}
-	if err := out.Validate(); err != nil {
-		return nil, fmt.Errorf("returned invalid BSON: %w", err)
-	}
-	return out, nil
-}
-
-// storedSize returns the size in bytes of env stored as a document (its
-// $setOnInsert fields plus the operators' fields), or an error if env
-// cannot be marshalled.
-func storedSize(env Envelope) (int, error) {
-	raw, err := bson.Marshal(insertFields(env))
-	if err != nil {
-		return 0, err
-	}
-	// fingerprint, attempts, last_seen, status, as stored.
-	const operatorFields = 1 + len("fingerprint") + 1 + 4 + 64 + 1 +
-		1 + len("attempts") + 1 + 4 +
-		1 + len("last_seen") + 1 + 8 +
-		1 + len("status") + 1 + 4 + len(StatusDiscarded) + 1
-	return len(raw) + operatorFields, nil
-}
-
-// fitEnvelope makes env fit in limit bytes as stored, giving way in this
-// order and only as far as needed, each step recorded in env.Cut:
-//
-//  1. err_info.consideredValue: the values errInfo repeats from the
-//     document (consideredValue, consideredValues) are removed;
-//  2. err_info.details: every array of errInfo is cut to its first 16,
-//     then 4, then 1 items (the first failing items stay; Total and Kept
-//     count the array items);
-//  3. err_info: replaced by {writeguard_truncated: true, size,
-//     failingDocumentId} (failing_keywords and failing_paths, derived
-//     from the full errInfo, stay);
-//  4. failing_paths, failing_keywords: cut to their first 100 entries;
-//  5. errmsg: cut to its first 1 KiB;
-//  6. original: cut to the top-level fields that fit (original_truncated,
-//     original_size, original_dropped), only when it cannot fit alone.
-//
-// It never fails: at worst the original keeps no field.
-func fitEnvelope(env Envelope, limit int) Envelope {
-	size, err := storedSize(env)
-	if err != nil || size <= limit {
-		return env
-	}
-	fits := func() bool {
-		size, err = storedSize(env)
-		return err != nil || size <= limit
-	}
-	env.Cut = slices.Clone(env.Cut)
-	if len(env.ErrInfo) > 0 {
-		before := len(env.ErrInfo)
-		if cut := dropKeys(env.ErrInfo, isConsideredValueKey, 0); len(cut) < before {
-			env.ErrInfo = cut
-			env.Cut = append(env.Cut, CutField{Field: "err_info.consideredValue", Size: before})
-			if fits() {
-				return env
-			}
-		}
-		before = len(env.ErrInfo)
-		total := countArrayItems(env.ErrInfo, 0)
-		for _, k := range []int{16, 4, 1} {
-			cut := keepFirstItems(env.ErrInfo, k, 0)
-			if len(cut) >= len(env.ErrInfo) {
-				continue
-			}
-			env.ErrInfo = cut
-			if fits() {
-				break
-			}
-		}
-		if len(env.ErrInfo) < before {
-			env.Cut = append(env.Cut, CutField{Field: "err_info.details", Size: before, Total: total, Kept: countArrayItems(env.ErrInfo, 0)})
-			if size <= limit {
-				return env
-			}
-		}
-		before = len(env.ErrInfo)
-		env.ErrInfo = errInfoSummary(env.ErrInfo)
-		env.Cut = append(env.Cut, CutField{Field: "err_info", Size: before})
-		if fits() {
-			return env
-		}
-	}
-	for _, l := range []struct {
-		name string
-		list *[]string
-	}{{"failing_paths", &env.FailingPaths}, {"failing_keywords", &env.FailingKeywords}} {
-		if n := len(*l.list); n > maxListedDiagnostics {
-			env.Cut = append(env.Cut, CutField{Field: l.name, Size: listSize(*l.list), Total: n, Kept: maxListedDiagnostics})
-			*l.list = (*l.list)[:maxListedDiagnostics]
-			if fits() {
-				return env
-			}
-		}
-	}
-	if len(env.ErrMsg) > maxErrMsgKept {
-		env.Cut = append(env.Cut, CutField{Field: "errmsg", Size: len(env.ErrMsg)})
-		env.ErrMsg = validString([]byte(env.ErrMsg[:maxErrMsgKept]))
-		if fits() {
-			return env
-		}
-	}
-	full := env.Original
-	// Room for original_truncated, original_size, original_dropped (at
-	// most maxDroppedNames names of at most maxDroppedNameLen bytes) and
-	// the cut entry of the original.
-	const reserve = 128 + maxDroppedNames*(maxDroppedNameLen+3+8)
-	budget := limit - (size - len(full)) - reserve
-	kept, dropped := truncateDocument(full, budget)
-	total := len(dropped) + countTop(kept)
-	if len(dropped) > maxDroppedNames {
-		dropped = dropped[:maxDroppedNames]
-	}
-	for i, name := range dropped {
-		if len(name) > maxDroppedNameLen {
-			dropped[i] = validString([]byte(name[:maxDroppedNameLen]))
-		}
-	}
-	env.Original = kept
-	env.OriginalTruncated = true
-	env.OriginalSize = len(full)
-	env.OriginalDropped = dropped
-	env.Cut = append(env.Cut, CutField{Field: "original", Size: len(full), Total: total, Kept: countTop(kept)})
-	if size, err = storedSize(env); err == nil && size > limit {
-		env.OriginalDropped = nil // cannot happen with the reserve above
-	}
-	return env
-}
-
-// maxListedDiagnostics bounds failing_paths and failing_keywords when an
-// envelope must be cut; maxErrMsgKept bounds errmsg then (bytes).
-const (
-	maxListedDiagnostics = 100
-	maxErrMsgKept        = 1024
-)
-
-func listSize(l []string) int {
-	n := 0
-	for _, s := range l {
-		n += len(s)
-	}
-	return n
-}
-
-// countTop counts the top-level elements of doc.
-func countTop(doc bson.Raw) int {
-	n := 0
-	it := newElemIter(doc)
-	for {
-		if _, _, _, ok := it.next(); !ok {
-			return n
-		}
-		n++
-	}
-}
-
-// countArrayItems counts the elements of every array in doc, at any depth.
-func countArrayItems(doc []byte, depth int) int {
-	if depth > maxErrInfoDepth {
-		return 0
-	}
-	n := 0
-	it := newElemIter(doc)
-	for {
-		_, t, val, ok := it.next()
-		if !ok {
-			return n
-		}
-		switch t {
-		case bson.TypeArray:
-			n += countTop(val) + countArrayItems(val, depth+1)
-		case bson.TypeEmbeddedDocument:
-			n += countArrayItems(val, depth+1)
-		}
-	}
-}
-
-// keepFirstItems returns doc with every array, at any depth, cut to its
-// first k elements.
-func keepFirstItems(doc bson.Raw, k, depth int) bson.Raw {
-	if depth > maxErrInfoDepth {
-		return doc
-	}
-	out, _ := rebuild(doc, func(_ string, t bson.Type, val []byte) (bson.Type, []byte, bool) {
-		switch t {
-		case bson.TypeEmbeddedDocument:
-			return t, keepFirstItems(val, k, depth+1), true
-		case bson.TypeArray:
-			i := 0
-			arr, _ := rebuild(val, func(_ string, et bson.Type, ev []byte) (bson.Type, []byte, bool) {
-				i++
-				if i > k {
-					return 0, nil, false
-				}
-				if et == bson.TypeEmbeddedDocument || et == bson.TypeArray {
-					return et, keepFirstItems(ev, k, depth+2), true
-				}
-				return et, ev, true
-			})
-			return t, arr, true
-		}
-		return t, val, true
-	})
-	return out
-}
-
-// maxDroppedNameLen bounds each name in Envelope.OriginalDropped, in bytes.
-const maxDroppedNameLen = 256
-
-// errInfoSummary replaces an oversized errInfo by a small document saying
-// so, keeping failingDocumentId when it is small.
-func errInfoSummary(errInfo bson.Raw) bson.Raw {
-	d := bson.D{{Key: "writeguard_truncated", Value: true}, {Key: "size", Value: int64(len(errInfo))}}
-	if v, err := errInfo.LookupErr("failingDocumentId"); err == nil && len(v.Value) <= 1024 {
-		d = append(d, bson.E{Key: "failingDocumentId", Value: v})
-	}
-	raw, err := bson.Marshal(d)
-	if err != nil {
-		return nil
-	}
-	return raw
-}
-
-// truncateDocument returns the document made of doc's top-level elements
-// that fit in budget bytes (document framing included), taken greedily in
-// document order, and the keys of the elements left out. A doc that is
-// not valid BSON yields an empty document and a nil list.
-func truncateDocument(doc bson.Raw, budget int) (bson.Raw, []string) {
-	out := []byte{0, 0, 0, 0}
-	var dropped []string
-	it := newElemIter(doc)
-	used := 5
-	for {
-		key, t, val, ok := it.next()
-		if !ok {
-			break
-		}
-		n := 1 + len(key) + 1 + len(val)
-		if used+n > budget {
-			dropped = append(dropped, validString(key))
-			continue
-		}
-		used += n
-		out = append(out, byte(t))
-		out = append(out, key...)
-		out = append(out, 0)
-		out = append(out, val...)
-	}
-	return bson.Raw(finishContainer(out, 0)), dropped
-}
-
-// insertFields returns the fields of env set only when its envelope is
-// created (a recapture leaves them alone), in stored order. original,
-// err_info and call_options are sub-documents, or exact bytes in
-// <name>_raw when the server would refuse them (subdocumentRefusal; listed
-// in binary).
-func insertFields(env Envelope) bson.D {
-	var binary []BinaryField
-	d := bson.D{
-		{Key: "schema_version", Value: int32(env.SchemaVersion)},
-	}
-	if env.FingerprintScheme != "" {
-		d = append(d, bson.E{Key: "fingerprint_scheme", Value: env.FingerprintScheme})
-	}
-	if env.Kind != "" {
-		d = append(d, bson.E{Key: "kind", Value: env.Kind})
-	}
-	d = append(d, docElem("original", rawOrEmpty(env.Original), &binary, env.refused))
-	if len(env.CallOptions) > 0 {
-		d = append(d, docElem("call_options", env.CallOptions, &binary, env.refused))
-	}
-	if env.OriginalTruncated {
-		d = append(d, bson.E{Key: "original_truncated", Value: true}, bson.E{Key: "original_size", Value: int64(env.OriginalSize)})
-		if len(env.OriginalDropped) > 0 {
-			d = append(d, bson.E{Key: "original_dropped", Value: env.OriginalDropped})
-		}
-	}
-	if env.OriginalRedacted {
-		d = append(d, bson.E{Key: "original_redacted", Value: true})
-	}
-	if len(env.Withheld) > 0 {
-		d = append(d, bson.E{Key: "withheld", Value: env.Withheld})
-	}
-	if env.WithheldNote != "" {
-		d = append(d, bson.E{Key: "withheld_note", Value: env.WithheldNote})
-	}
-	if env.DocumentID.Type != 0 {
-		d = append(d, bson.E{Key: "document_id", Value: env.DocumentID})
-	}
-	d = append(d, bson.E{Key: "id_assigned", Value: env.IDAssigned})
-	if len(env.ErrInfo) > 0 {
-		d = append(d, docElem("err_info", env.ErrInfo, &binary, env.refused))
-	}
-	d = append(d,
-		bson.E{Key: "failing_keywords", Value: nonNil(env.FailingKeywords)},
-		bson.E{Key: "failing_paths", Value: nonNil(env.FailingPaths)},
-		bson.E{Key: "code", Value: env.Code},
-	)
-	if env.CodeName != "" {
-		d = append(d, bson.E{Key: "code_name", Value: env.CodeName})
-	}
-	d = append(d, bson.E{Key: "errmsg", Value: env.ErrMsg})
-	if len(env.Labels) > 0 {
-		d = append(d, bson.E{Key: "labels", Value: env.Labels})
-	}
-	d = append(d,
-		bson.E{Key: "namespace", Value: env.Namespace},
-		bson.E{Key: "operation", Value: env.Operation},
-		bson.E{Key: "batch_index", Value: int32(env.BatchIndex)},
-		bson.E{Key: "first_seen", Value: env.FirstSeen},
-	)
-	if env.TraceID != "" {
-		d = append(d, bson.E{Key: "trace_id", Value: env.TraceID})
-	}
-	if env.SpanID != "" {
-		d = append(d, bson.E{Key: "span_id", Value: env.SpanID})
-	}
-	if len(env.Cut) > 0 {
-		d = append(d, bson.E{Key: "cut", Value: env.Cut})
-	}
-	if len(binary) > 0 {
-		d = append(d, bson.E{Key: "binary", Value: binary})
-	}
-	return d
-}
-
-func rawOrEmpty(r bson.Raw) bson.Raw {
-	if len(r) == 0 {
-		return bson.Raw{5, 0, 0, 0, 0}
-	}
-	return r
-}
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}
-
-// upsertModel returns the upsert of one prepared envelope.
-func upsertModel(env Envelope) (mongo.WriteModel, error) {
-	soi, err := bson.Marshal(insertFields(env))
+// upsertModel returns the upsert of one prepared envelope (asBytes: see
+// InsertFields).
+func upsertModel(env Envelope, asBytes string) (mongo.WriteModel, error) {
+	soi, err := bson.Marshal(InsertFields(env, asBytes))
 	if err != nil {
 		return nil, fmt.Errorf("envelope: marshalling the envelope of fingerprint %s: %w", env.Fingerprint, err)
 	}
@@ -1172,29 +682,20 @@ func upsertModel(env Envelope) (mongo.WriteModel, error) {
 		SetUpsert(true), nil
 }
 
-// storedFields returns a prepared envelope as MongoSink inserts it: the
-// fingerprint, the capture's fields, attempts, last_seen and status.
-func storedFields(env Envelope) bson.D {
-	d := append(bson.D{{Key: "fingerprint", Value: env.Fingerprint}}, insertFields(env)...)
-	return append(d,
-		bson.E{Key: "attempts", Value: int32(env.Attempts)},
-		bson.E{Key: "last_seen", Value: env.LastSeen},
-		bson.E{Key: "status", Value: StatusPending},
-	)
-}
-
-// StoredDocument returns env as MongoSink stores it for a first capture
-// (after the defaults, the redaction hooks of opts and the size limit):
-// fingerprint, the Envelope's fields, attempts, last_seen and status, as
-// one document without the _id the server assigns. For tests and tools.
+// StoredDocument returns env as a MongoSink with opts stores it for a
+// first capture (after the defaults, the protection and redaction of
+// opts, and the size limit: PrepareStored): fingerprint, the Envelope's
+// fields, attempts, last_seen and status, as one document without the _id
+// the server assigns. For tests and tools. It returns the options' errors
+// (joined), Protect's, or the marshalling error.
 func StoredDocument(env Envelope, opts ...SinkOption) (bson.Raw, error) {
 	cfg := newSinkConfig(opts)
 	if err := cfg.err(); err != nil {
 		return nil, err
 	}
-	e, err := prepareForStore(env, cfg)
+	e, err := PrepareStored(env, cfg.protection)
 	if err != nil {
 		return nil, err
 	}
-	return bson.Marshal(storedFields(mergeByFingerprint([]Envelope{e})[0]))
+	return bson.Marshal(StoredFields(e, ""))
 }

@@ -12,33 +12,6 @@ import (
 
 var _ PartialSink = (*MongoSink)(nil)
 
-// WithSetup sets the options (WithTTL, WithoutValidator, ...) with which
-// MongoSink re-establishes the dead-letter collection and its indexes when
-// it finds its unique fingerprint index gone (see MongoSink, "Lost
-// indexes"). Default: EnsureCollection's defaults. Give the options the
-// collection was set up with. Ignored by FileSink.
-func WithSetup(opts ...SetupOption) SinkOption {
-	return sinkOptionFunc(func(c *sinkConfig) {
-		for i, o := range opts {
-			if o == nil {
-				c.errs = append(c.errs, fmt.Errorf("envelope: WithSetup: option %d is nil", i))
-				return
-			}
-		}
-		c.setup = append([]SetupOption(nil), opts...)
-	})
-}
-
-// WithLogger sets the logger MongoSink tells, at level Warn, that it
-// found the dead-letter collection's unique fingerprint index gone and
-// what re-establishing it did (the SetupReport), or why it refuses to
-// store. Default: no logging (Put's error and Reestablished still say
-// so). A nil logger means no logging, as everywhere in the module.
-// Ignored by FileSink.
-func WithLogger(l *slog.Logger) SinkOption {
-	return sinkOptionFunc(func(c *sinkConfig) { c.logger = l })
-}
-
 // ErrIndexMissing is wrapped by MongoSink.Put's error when the dead-letter
 // collection's unique fingerprint index is gone and re-establishing it
 // failed: the sink stores nothing rather than envelopes a later capture

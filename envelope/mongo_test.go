@@ -204,11 +204,11 @@ func TestRecaptureUpdate(t *testing.T) {
 func TestUpsertModel(t *testing.T) {
 	env := sampleEnvelope(t)
 	env.Attempts, env.LastSeen = 3, t1
-	prepared, err := prepareForStore(env, newSinkConfig(nil))
+	prepared, err := PrepareStored(env, Protection{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wm, err := upsertModel(prepared)
+	wm, err := upsertModel(prepared, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,11 +253,11 @@ func TestUpsertModel(t *testing.T) {
 func TestStoredFieldsOrder(t *testing.T) {
 	env := sampleEnvelope(t)
 	env.Attempts, env.LastSeen = 3, t1
-	prepared, err := prepareForStore(env, newSinkConfig(nil))
+	prepared, err := PrepareStored(env, Protection{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := storedFields(prepared)
+	d := StoredFields(prepared, "")
 	var keys []string
 	for _, e := range d {
 		keys = append(keys, e.Key)

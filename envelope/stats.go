@@ -164,7 +164,7 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 	byStatus, byKeyword, byPath, byNS := groupCounter{}, groupCounter{}, groupCounter{}, groupCounter{}
 	byCode := map[int32]*CodeGroup{}
 	for cur.Next(ctx) {
-		e, err := decode(cur.Current)
+		e, err := DecodeProjected(cur.Current)
 		if err != nil {
 			var de *DecodeError
 			if !errors.As(err, &de) {

@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -167,4 +168,143 @@ func decodeExact(raw bson.Raw, env *Envelope) *DecodeError {
 		}
 	}
 	return nil
+}
+
+// InsertFields returns the fields of env set only when its envelope is
+// created (a recapture leaves them alone), in stored order: the
+// $setOnInsert document of dlq.MongoSink's upsert. original, err_info and
+// call_options are sub-documents, or exact bytes in <name>_raw when the
+// server would refuse them (a dotted, "$"-prefixed, empty or duplicated
+// key, a string that is not UTF-8, nesting deeper than 90 levels; the
+// reason is listed in binary). asBytes, when not empty, is a server's
+// refusal of this envelope's sub-documents (code and name): every
+// non-empty document field is then stored as bytes, with asBytes as the
+// reason.
+func InsertFields(env Envelope, asBytes string) bson.D {
+	var binary []BinaryField
+	d := bson.D{
+		{Key: "schema_version", Value: int32(env.SchemaVersion)},
+	}
+	if env.FingerprintScheme != "" {
+		d = append(d, bson.E{Key: "fingerprint_scheme", Value: env.FingerprintScheme})
+	}
+	if env.Kind != "" {
+		d = append(d, bson.E{Key: "kind", Value: env.Kind})
+	}
+	d = append(d, docElem("original", rawOrEmpty(env.Original), &binary, asBytes))
+	if len(env.CallOptions) > 0 {
+		d = append(d, docElem("call_options", env.CallOptions, &binary, asBytes))
+	}
+	if env.OriginalTruncated {
+		d = append(d, bson.E{Key: "original_truncated", Value: true}, bson.E{Key: "original_size", Value: int64(env.OriginalSize)})
+		if len(env.OriginalDropped) > 0 {
+			d = append(d, bson.E{Key: "original_dropped", Value: env.OriginalDropped})
+		}
+	}
+	if env.OriginalRedacted {
+		d = append(d, bson.E{Key: "original_redacted", Value: true})
+	}
+	if len(env.Withheld) > 0 {
+		d = append(d, bson.E{Key: "withheld", Value: env.Withheld})
+	}
+	if env.WithheldNote != "" {
+		d = append(d, bson.E{Key: "withheld_note", Value: env.WithheldNote})
+	}
+	if env.DocumentID.Type != 0 {
+		d = append(d, bson.E{Key: "document_id", Value: env.DocumentID})
+	}
+	d = append(d, bson.E{Key: "id_assigned", Value: env.IDAssigned})
+	if len(env.ErrInfo) > 0 {
+		d = append(d, docElem("err_info", env.ErrInfo, &binary, asBytes))
+	}
+	d = append(d,
+		bson.E{Key: "failing_keywords", Value: nonNil(env.FailingKeywords)},
+		bson.E{Key: "failing_paths", Value: nonNil(env.FailingPaths)},
+		bson.E{Key: "code", Value: env.Code},
+	)
+	if env.CodeName != "" {
+		d = append(d, bson.E{Key: "code_name", Value: env.CodeName})
+	}
+	d = append(d, bson.E{Key: "errmsg", Value: env.ErrMsg})
+	if len(env.Labels) > 0 {
+		d = append(d, bson.E{Key: "labels", Value: env.Labels})
+	}
+	d = append(d,
+		bson.E{Key: "namespace", Value: env.Namespace},
+		bson.E{Key: "operation", Value: env.Operation},
+		bson.E{Key: "batch_index", Value: int32(env.BatchIndex)},
+		bson.E{Key: "first_seen", Value: env.FirstSeen},
+	)
+	if env.TraceID != "" {
+		d = append(d, bson.E{Key: "trace_id", Value: env.TraceID})
+	}
+	if env.SpanID != "" {
+		d = append(d, bson.E{Key: "span_id", Value: env.SpanID})
+	}
+	if len(env.Cut) > 0 {
+		d = append(d, bson.E{Key: "cut", Value: env.Cut})
+	}
+	if len(binary) > 0 {
+		d = append(d, bson.E{Key: "binary", Value: binary})
+	}
+	return d
+}
+
+func rawOrEmpty(r bson.Raw) bson.Raw {
+	if len(r) == 0 {
+		return bson.Raw{5, 0, 0, 0, 0}
+	}
+	return r
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// StoredFields returns a prepared envelope (PrepareStored) as it is
+// stored for a first capture: the fingerprint, InsertFields(env,
+// asBytes), attempts, last_seen and status, without the _id the server
+// assigns. dlq.MongoSink inserts it (dlq.WithInsertFirst).
+func StoredFields(env Envelope, asBytes string) bson.D {
+	d := append(bson.D{{Key: "fingerprint", Value: env.Fingerprint}}, InsertFields(env, asBytes)...)
+	return append(d,
+		bson.E{Key: "attempts", Value: int32(env.Attempts)},
+		bson.E{Key: "last_seen", Value: env.LastSeen},
+		bson.E{Key: "status", Value: StatusPending},
+	)
+}
+
+// RecaptureUpdate is the update dlq.MongoSink applies to the stored
+// envelope of a payload captured again: {$inc: {attempts}, $max: {last_seen}, $set:
+// {status: "pending"}}.
+func RecaptureUpdate(attempts int, lastSeen time.Time) bson.D {
+	return bson.D{
+		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: int32(attempts)}}},
+		{Key: "$max", Value: bson.D{{Key: "last_seen", Value: lastSeen}}},
+		{Key: "$set", Value: bson.D{{Key: "status", Value: StatusPending}}},
+	}
+}
+
+// PrepareStored returns env ready to be stored for a first capture: its
+// first_seen defaults to now (UTC, in milliseconds) and its last_seen to
+// its first_seen, its status is pending, Protect applies p, and what does
+// not fit MaxEnvelopeSize is cut (diagnostics first, the original last;
+// listed in Cut). It returns Protect's error.
+func PrepareStored(env Envelope, p Protection) (Envelope, error) {
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	if env.FirstSeen.IsZero() {
+		env.FirstSeen = now
+	}
+	if env.LastSeen.IsZero() {
+		env.LastSeen = env.FirstSeen
+	}
+	env.Status = StatusPending
+	env, err := Protect(env, p)
+	if err != nil {
+		return env, err
+	}
+	return fitEnvelope(env, MaxEnvelopeSize), nil
 }
