@@ -12,7 +12,7 @@ import (
 // is policy.MaxBSONSize, kept here under its old name.
 const MaxBSONSize = policy.MaxBSONSize
 
-// EnvelopeHeadroom is the room, in bytes, that MongoSink keeps free below
+// EnvelopeHeadroom is the room, in bytes, that dlq.MongoSink keeps free below
 // MaxBSONSize when it decides whether an envelope fits: the fields set by
 // the update operators ($inc attempts, $max last_seen, $set status), the
 // ones a replay or a discard add later (replayed_at, discarded_at), the
@@ -20,9 +20,9 @@ const MaxBSONSize = policy.MaxBSONSize
 // ({q: {fingerprint}, u: {$setOnInsert: ...}, upsert: true}).
 const EnvelopeHeadroom = 16 * 1024
 
-// MaxEnvelopeSize is the largest stored envelope MongoSink writes:
+// MaxEnvelopeSize is the largest stored envelope dlq.MongoSink writes:
 // MaxBSONSize − EnvelopeHeadroom bytes. A larger one has its original
-// truncated (see MongoSink).
+// truncated (see PrepareStored).
 const MaxEnvelopeSize = MaxBSONSize - EnvelopeHeadroom
 
 // maxDroppedNames bounds Envelope.OriginalDropped.

@@ -21,18 +21,28 @@ type fileLine struct {
 	// CallOptions is Envelope.CallOptions (format 2).
 	CallOptions json.RawMessage `json:"call_options,omitempty"`
 	// The exact bytes, when the Extended JSON above would not give them
-	// back (see FileSink).
+	// back (see MarshalLine).
 	OriginalBSON    []byte `json:"original_bson,omitempty"`
 	ErrInfoBSON     []byte `json:"err_info_bson,omitempty"`
 	DocumentIDBSON  []byte `json:"document_id_bson,omitempty"`
 	CallOptionsBSON []byte `json:"call_options_bson,omitempty"`
 }
 
-// MarshalLine returns env as one line of a FileSink file (without the
-// newline): a JSON object whose original, err_info and document_id are
-// canonical Extended JSON, plus their exact bytes where Extended JSON
-// would change them (see FileSink). It fails if original or err_info is
-// not valid BSON.
+// MarshalLine returns env as one line of the JSON-lines form (without the
+// newline), as dlq.FileSink writes it: a JSON object with the Envelope's
+// json names, where original, err_info, call_options and document_id are
+// canonical Extended JSON (MongoDB Extended JSON v2, canonical mode: every
+// BSON type and value kept, {"$numberInt": "1"} and {"$numberLong": "1"}
+// told apart). Extended JSON cannot carry everything BSON can: strings
+// and keys are bytes to the server but must be UTF-8 in JSON (invalid
+// sequences become U+FFFD), and a NaN's payload bits are lost. When the
+// Extended JSON of a field would not give back its exact bytes, the line
+// also holds them, base64, in original_bson, err_info_bson,
+// call_options_bson or document_id_bson (for document_id: the BSON type
+// byte, then the value's bytes), and UnmarshalLine uses those: what it
+// returns is always byte for byte what was marshalled
+// (TestFileLineExactBytes). first_seen and last_seen are RFC 3339 with
+// nanoseconds. It fails if original or err_info is not valid BSON.
 func MarshalLine(env Envelope) ([]byte, error) {
 	var l fileLine
 	l.Envelope = env
@@ -180,11 +190,12 @@ func valueFromExtJSON(b []byte) (bson.RawValue, error) {
 	return v, nil
 }
 
-// MaxLineErrors is how many broken lines ReadFile and ReadLines report one
-// by one; the rest are counted in one further error.
+// MaxLineErrors is how many broken lines ReadLines (and dlq.ReadFile)
+// report one by one; the rest are counted in one further error.
 const MaxLineErrors = 100
 
-// LineError is a line of a FileSink file that could not be decoded.
+// LineError is a line of the JSON-lines form (a dlq.FileSink file) that
+// could not be decoded.
 type LineError struct {
 	// Line is the line's number, from 1.
 	Line int
@@ -207,7 +218,15 @@ func (e *LineError) Error() string {
 // Unwrap returns the decoding error.
 func (e *LineError) Unwrap() error { return e.Err }
 
-// ReadLines is ReadFile over any reader (lines of any length).
+// ReadLines reads envelopes in the JSON-lines form (MarshalLine; a
+// dlq.FileSink file) from r, lines of any length, and returns them in
+// order. Empty lines are skipped. A line it cannot decode (a line cut
+// short by a crash or a failed write during a Put, a hand-edited line) is
+// skipped and reported, and reading goes on: it returns every envelope of
+// the lines it could decode, and an error joining one *LineError per
+// broken line (at most MaxLineErrors of them, then one error counting the
+// rest), or nil when every line decoded. A read error of r ends the
+// reading and is joined too (with the envelopes read until then).
 func ReadLines(r io.Reader) ([]Envelope, error) {
 	br := bufio.NewReaderSize(r, 64*1024)
 	var out []Envelope

@@ -30,8 +30,9 @@ const (
 	// values (and share their _id) are one envelope, and a recapture of a
 	// payload whose _id writeguard assigned is a new envelope.
 	SchemeStored = "sha256-stored"
-	// SchemeKeyed: HMAC-SHA256, keyed with WithFingerprintKey, of the
-	// canonical unredacted original (Fingerprint's form). Used when
+	// SchemeKeyed: HMAC-SHA256, keyed with Protection.FingerprintKey
+	// (dlq.WithFingerprintKey), of the canonical unredacted original
+	// (Fingerprint's form). Used when
 	// something was hidden and a key is configured: dedupe is exact, as
 	// for SchemeCanonical, and without the key a guess cannot be checked.
 	// The key lives with the application (its secret store), never in the
@@ -65,7 +66,7 @@ func EncryptedPaths(errInfo bson.Raw) []string {
 // EncryptPaths returns the dotted paths a $jsonSchema validator ({$jsonSchema:
 // schema} or the schema itself) marks with encrypt, following properties
 // (not items, patternProperties or combinators, whose paths are not
-// fixed). For WithEncryptedPaths.
+// fixed). For Protection.EncryptedPaths (dlq.WithEncryptedPaths).
 func EncryptPaths(validator bson.Raw) []string {
 	schema := validator
 	if s, ok := validator.Lookup("$jsonSchema").DocumentOK(); ok {
@@ -237,7 +238,7 @@ func withhold(env Envelope, configured []string) Envelope {
 			env.WithheldNote = "errInfo names no failing field (absent or cut): withheld the paths configured as encrypt for " + env.Namespace
 		case env.Code == 121:
 			env.WithheldNote = "errInfo names no failing field (absent or cut) and no encrypt paths are configured for " + env.Namespace +
-				" (envelope.WithEncryptedPaths): nothing withheld"
+				" (dlq.WithEncryptedPaths): nothing withheld"
 		}
 	}
 	if len(cands) == 0 || len(env.Original) == 0 {

@@ -22,7 +22,7 @@ const maxSubdocumentDepth = 90
 //
 //   - a key with a dot or starting with "$": a MongoDB server before 5.0
 //     refuses them anywhere in a stored document, and 5.0+ still refuses
-//     "$"-prefixed keys in the $setOnInsert document MongoSink upserts
+//     "$"-prefixed keys in the $setOnInsert document dlq.MongoSink upserts
 //     (mongodb/mongo src/mongo/db/update/storage_validation.cpp, 52
 //     DollarPrefixedFieldName; manual, "Field Names with Periods and
 //     Dollar Signs"); FerretDB v1 refuses both everywhere;
@@ -122,7 +122,7 @@ const rawSuffix = "_raw"
 // envelope: name: doc when the server takes doc as a sub-document, else
 // name_raw: BinData(0, doc) and the reason, recorded in binary. refused,
 // when not empty, is a server's refusal of this envelope's sub-documents
-// (see MongoSink): every non-empty document field is then stored as
+// (see dlq.MongoSink): every non-empty document field is then stored as
 // bytes.
 func docElem(name string, doc bson.Raw, binary *[]BinaryField, refused string) bson.E {
 	reason := subdocumentRefusal(doc)
@@ -307,4 +307,18 @@ func PrepareStored(env Envelope, p Protection) (Envelope, error) {
 		return env, err
 	}
 	return fitEnvelope(env, MaxEnvelopeSize), nil
+}
+
+// StoredDocument returns env as a sink of package dlq without options
+// stores it for a first capture (PrepareStored with the zero Protection,
+// then StoredFields): fingerprint, the Envelope's fields, attempts,
+// last_seen and status, as one document without the _id the server
+// assigns. dlq.StoredDocument takes the sink's options. For tests and
+// tools. It returns the error of an envelope that cannot be marshalled.
+func StoredDocument(env Envelope) (bson.Raw, error) {
+	e, err := PrepareStored(env, Protection{})
+	if err != nil {
+		return nil, err
+	}
+	return bson.Marshal(StoredFields(e, ""))
 }

@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 )
 
@@ -29,8 +30,8 @@ type DiscardResult struct {
 // enough for its one update.
 const discardLease = time.Minute
 
-// Discard marks the envelopes of dlq that f selects (pending ones when f
-// lists no status) as given up, as envelope.Discard does, but agreeing
+// Discard marks the envelopes of the dead-letter collection coll that f selects (pending ones when f
+// lists no status) as given up, as dlq.Discard does, but agreeing
 // with the replays that may be running: it claims each envelope with a
 // lease in the lease collection (the DLQ's name + LeaseCollectionSuffix,
 // or WithLeaseCollection; WithBatchSize sets how many per claim), and
@@ -42,23 +43,23 @@ const discardLease = time.Minute
 // result says which: never "discarded" followed by a write.
 //
 // Options other than WithBatchSize, WithLeaseCollection and WithOwner
-// are ignored. It returns envelope.ErrEmptyFilter for a zero f, f's
-// error (wrapping envelope.ErrBadFilter), or the driver's, with what it
+// are ignored. It returns dlq.ErrEmptyFilter for a zero f, f's
+// error (wrapping dlq.ErrBadFilter), or the driver's, with what it
 // had done.
-func Discard(ctx context.Context, dlq *mongo.Collection, f envelope.Filter, opts ...Option) (DiscardResult, error) {
+func Discard(ctx context.Context, coll *mongo.Collection, f dlq.Filter, opts ...Option) (DiscardResult, error) {
 	var res DiscardResult
-	if dlq == nil {
+	if coll == nil {
 		return res, errors.New("replay: Discard: nil dead-letter collection (dlq)")
 	}
 	if f.IsZero() {
-		return res, envelope.ErrEmptyFilter
+		return res, dlq.ErrEmptyFilter
 	}
 	cfg := newConfig(opts)
 	if len(cfg.errs) > 0 {
 		return res, errors.Join(cfg.errs...)
 	}
 	if cfg.leases == nil {
-		cfg.leases = dlq.Database().Collection(dlq.Name() + LeaseCollectionSuffix)
+		cfg.leases = coll.Database().Collection(coll.Name() + LeaseCollectionSuffix)
 	}
 	if cfg.owner == "" {
 		cfg.owner = "discard-" + randomID()
@@ -70,7 +71,7 @@ func Discard(ctx context.Context, dlq *mongo.Collection, f envelope.Filter, opts
 		return res, err
 	}
 	q = bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "status", Value: bson.D{{Key: "$ne", Value: envelope.StatusDiscarded}}}}}}}
-	r := &runner{cfg: cfg, dlq: dlq, owner: cfg.owner}
+	r := &runner{cfg: cfg, dlq: coll, owner: cfg.owner}
 	var last bson.RawValue
 	for {
 		page := q

@@ -201,7 +201,7 @@
 // Discard gives envelopes up through the same leases: it does not
 // discard an envelope a replay holds (it reports it busy), and a replay
 // does not select one it discarded, so of the two one wins, visibly.
-// envelope.Discard does not coordinate with running replays.
+// dlq.Discard does not coordinate with running replays.
 //
 // # Dry run
 //

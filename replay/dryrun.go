@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/policy"
 )
@@ -17,13 +18,13 @@ import (
 // pipelineUnsupportedCodes are the codes a server gives a pipeline stage
 // or query operator it does not know: 2 BadValue (FerretDB: unknown top
 // level operator $jsonSchema), 40324 (unrecognized pipeline stage name),
-// 168 InvalidPipelineOperator. With envelope.UnsupportedCodes (238
+// 168 InvalidPipelineOperator. With dlq.UnsupportedCodes (238
 // NotImplemented, FerretDB's answer to $replaceRoot; 115; 59) they mean
 // "this server cannot evaluate the dry run's pipeline".
 var pipelineUnsupportedCodes = []int32{2, 40324, 168}
 
 func dryRunUnsupported(code int32) bool {
-	return slices.Contains(envelope.UnsupportedCodes, code) || slices.Contains(pipelineUnsupportedCodes, code)
+	return slices.Contains(dlq.UnsupportedCodes, code) || slices.Contains(pipelineUnsupportedCodes, code)
 }
 
 // TargetCollection returns the *mongo.Collection behind a target: the

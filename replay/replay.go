@@ -152,7 +152,7 @@ type stored struct {
 // unreachable, say): nothing is lost, as every envelope not marked stays
 // pending and its lease is released or expires. It returns an error at
 // once for bad options (every one named; a bad filter wraps
-// envelope.ErrBadFilter), for a nil dlq or target, when the target's
+// dlq.ErrBadFilter), for a nil dlq or target, when the target's
 // namespace is unknown and the filter names none, and, for a dry run, when
 // the validator cannot be read or the server cannot evaluate it
 // (ErrDryRunUnsupported).

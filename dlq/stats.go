@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard/envelope"
 )
 
 // Group is one line of a Summary breakdown: the envelopes sharing Key, and
@@ -88,7 +90,7 @@ type Summary struct {
 	// Envelopes). UndecodableErrors names the first MaxDecodeErrors of
 	// them.
 	Undecodable       int64
-	UndecodableErrors []*DecodeError
+	UndecodableErrors []*envelope.DecodeError
 	// DiscardedUndecodable is the number of selected envelopes that cannot
 	// be decoded and whose status reads "discarded" (an operator set them
 	// aside, e.g. with writeguard dlq discard --undecodable): counted here
@@ -101,8 +103,8 @@ type Summary struct {
 // DiscardedUndecodable when its status reads "discarded", else in
 // Undecodable, keeping a copy of the first MaxDecodeErrors errors (de.ID
 // refers to the cursor's buffer).
-func (st *Summary) addUndecodable(doc bson.Raw, de *DecodeError) {
-	if status, ok := doc.Lookup("status").StringValueOK(); ok && status == StatusDiscarded {
+func (st *Summary) addUndecodable(doc bson.Raw, de *envelope.DecodeError) {
+	if status, ok := doc.Lookup("status").StringValueOK(); ok && status == envelope.StatusDiscarded {
 		st.DiscardedUndecodable++
 		return
 	}
@@ -157,18 +159,18 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 	q = bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "$or", Value: hasOriginal()}}}}}
 	cur, err := dlq.Find(ctx, q, options.Find().SetProjection(proj).SetBatchSize(10000))
 	if err != nil {
-		return Summary{}, fmt.Errorf("envelope: stats: %w", err)
+		return Summary{}, fmt.Errorf("dlq: stats: %w", err)
 	}
 	defer cur.Close(ctx)
 
 	byStatus, byKeyword, byPath, byNS := groupCounter{}, groupCounter{}, groupCounter{}, groupCounter{}
 	byCode := map[int32]*CodeGroup{}
 	for cur.Next(ctx) {
-		e, err := DecodeProjected(cur.Current)
+		e, err := envelope.DecodeProjected(cur.Current)
 		if err != nil {
-			var de *DecodeError
+			var de *envelope.DecodeError
 			if !errors.As(err, &de) {
-				return Summary{}, fmt.Errorf("envelope: stats: %w", err)
+				return Summary{}, fmt.Errorf("dlq: stats: %w", err)
 			}
 			st.addUndecodable(cur.Current, de)
 			continue
@@ -180,7 +182,7 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 			Attempts                    int64
 			ReplayHold                  string
 		}{e.Status, e.CodeName, e.Namespace, e.Code, e.FirstSeen, int64(e.Attempts), ""}
-		if v, ok := cur.Current.Lookup(FieldReplayHold).StringValueOK(); ok {
+		if v, ok := cur.Current.Lookup(envelope.FieldReplayHold).StringValueOK(); ok {
 			r.ReplayHold = v
 		}
 		if r.Attempts < 1 {
@@ -206,10 +208,10 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 		}
 		cg.Envelopes++
 		cg.Attempts += r.Attempts
-		if r.Status == StatusQuarantined {
+		if r.Status == envelope.StatusQuarantined {
 			st.Quarantined++
 		}
-		if r.Status == StatusPending {
+		if r.Status == envelope.StatusPending {
 			st.Pending++
 			if r.ReplayHold != "" {
 				st.Held++
@@ -220,7 +222,7 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 		}
 	}
 	if err := cur.Err(); err != nil {
-		return Summary{}, fmt.Errorf("envelope: stats: %w", err)
+		return Summary{}, fmt.Errorf("dlq: stats: %w", err)
 	}
 	if !st.OldestPending.IsZero() {
 		st.OldestPending = st.OldestPending.UTC()
@@ -244,6 +246,11 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 	return st, nil
 }
 
+// rawFormSuffix names the field that holds a document field's exact bytes
+// when the server would not take it as a sub-document (original_raw; see
+// envelope.InsertFields).
+const rawFormSuffix = "_raw"
+
 // hasOriginal is the $or that selects envelopes with an original: a
 // document, or its exact bytes (original_raw, binary).
 func hasOriginal() bson.A {
@@ -261,22 +268,22 @@ func badOriginals(ctx context.Context, dlq *mongo.Collection, q bson.D, st *Summ
 	bad := bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "$nor", Value: hasOriginal()}}}}}
 	cur, err := dlq.Find(ctx, bad, options.Find().SetProjection(bson.D{{Key: "err_info", Value: 0}, {Key: "err_info" + rawFormSuffix, Value: 0}}))
 	if err != nil {
-		return fmt.Errorf("envelope: stats: %w", err)
+		return fmt.Errorf("dlq: stats: %w", err)
 	}
 	defer cur.Close(ctx)
 	for cur.Next(ctx) {
-		_, err := Decode(cur.Current)
-		var de *DecodeError
+		_, err := envelope.Decode(cur.Current)
+		var de *envelope.DecodeError
 		if !errors.As(err, &de) {
 			// original is absent and original_raw is not binary.
 			id, _ := cur.Current.LookupErr("_id")
 			v, _ := cur.Current.LookupErr("original" + rawFormSuffix)
-			de = &DecodeError{ID: id, Field: "original" + rawFormSuffix, Type: v.Type, Want: "binary (the original's BSON bytes)", Err: ErrWrongType}
+			de = &envelope.DecodeError{ID: id, Field: "original" + rawFormSuffix, Type: v.Type, Want: "binary (the original's BSON bytes)", Err: envelope.ErrWrongType}
 		}
 		st.addUndecodable(cur.Current, de)
 	}
 	if err := cur.Err(); err != nil {
-		return fmt.Errorf("envelope: stats: %w", err)
+		return fmt.Errorf("dlq: stats: %w", err)
 	}
 	return nil
 }
@@ -334,7 +341,7 @@ func (g CodeGroup) String() string {
 // ErrEmptyFilter is returned by Discard for a zero Filter, which would
 // discard every pending envelope: say so explicitly with
 // Filter{Statuses: []string{StatusPending}}.
-var ErrEmptyFilter = errors.New("envelope: empty filter: refusing to discard every pending envelope (set Statuses: [pending] to mean all)")
+var ErrEmptyFilter = errors.New("dlq: empty filter: refusing to discard every pending envelope (set Statuses: [pending] to mean all)")
 
 // Discard marks the envelopes of dlq that f selects (pending ones when f
 // lists no status) as given up: status discarded, discarded_at now. A
@@ -354,17 +361,17 @@ func Discard(ctx context.Context, dlq *mongo.Collection, f Filter) (int64, error
 		return 0, ErrEmptyFilter
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	q, err := f.WithDefaultStatus(StatusPending).Query(now)
+	q, err := f.WithDefaultStatus(envelope.StatusPending).Query(now)
 	if err != nil {
 		return 0, err
 	}
-	q = append(q, bson.E{Key: "$and", Value: bson.A{bson.D{{Key: "status", Value: bson.D{{Key: "$ne", Value: StatusDiscarded}}}}}})
+	q = append(q, bson.E{Key: "$and", Value: bson.A{bson.D{{Key: "status", Value: bson.D{{Key: "$ne", Value: envelope.StatusDiscarded}}}}}})
 	res, err := dlq.UpdateMany(ctx, q, bson.D{{Key: "$set", Value: bson.D{
-		{Key: "status", Value: StatusDiscarded},
+		{Key: "status", Value: envelope.StatusDiscarded},
 		{Key: "discarded_at", Value: now},
 	}}})
 	if err != nil {
-		return 0, fmt.Errorf("envelope: discard: %w", err)
+		return 0, fmt.Errorf("dlq: discard: %w", err)
 	}
 	return res.ModifiedCount, nil
 }
@@ -388,13 +395,13 @@ func DiscardIDs(ctx context.Context, dlq *mongo.Collection, ids []bson.RawValue)
 	}
 	res, err := dlq.UpdateMany(ctx, bson.D{
 		{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}},
-		{Key: "status", Value: bson.D{{Key: "$nin", Value: bson.A{StatusDiscarded, StatusReplayed}}}},
+		{Key: "status", Value: bson.D{{Key: "$nin", Value: bson.A{envelope.StatusDiscarded, envelope.StatusReplayed}}}},
 	}, bson.D{{Key: "$set", Value: bson.D{
-		{Key: "status", Value: StatusDiscarded},
+		{Key: "status", Value: envelope.StatusDiscarded},
 		{Key: "discarded_at", Value: now},
 	}}})
 	if err != nil {
-		return 0, fmt.Errorf("envelope: discard: %w", err)
+		return 0, fmt.Errorf("dlq: discard: %w", err)
 	}
 	return res.ModifiedCount, nil
 }

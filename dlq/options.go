@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/writeguard/writeguard/envelope"
 )
 
 // DefaultUpsertRetries is how many more times MongoSink.Put sends the
@@ -30,7 +32,7 @@ type sinkConfig struct {
 	// protection is what the sinks hand to Protect: WithRedact,
 	// WithRedactErrInfo, WithFingerprintKey, WithEncryptedPaths,
 	// WithPlaintextEncryptedFields.
-	protection    Protection
+	protection    envelope.Protection
 	upsertRetries int
 	insertFirst   bool
 	setup         []SetupOption
@@ -43,7 +45,7 @@ func newSinkConfig(opts []SinkOption) sinkConfig {
 	c := sinkConfig{upsertRetries: DefaultUpsertRetries}
 	for i, o := range opts {
 		if o == nil {
-			c.errs = append(c.errs, fmt.Errorf("envelope: sink option %d is nil", i))
+			c.errs = append(c.errs, fmt.Errorf("dlq: sink option %d is nil", i))
 			continue
 		}
 		o.apply(&c)
@@ -88,7 +90,7 @@ func WithRedactErrInfo(f func(errInfo bson.Raw) bson.Raw) SinkOption {
 func WithUpsertRetries(n int) SinkOption {
 	return sinkOptionFunc(func(c *sinkConfig) {
 		if n < 0 {
-			c.errs = append(c.errs, fmt.Errorf("envelope: WithUpsertRetries(%d): want ≥ 0", n))
+			c.errs = append(c.errs, fmt.Errorf("dlq: WithUpsertRetries(%d): want ≥ 0", n))
 			return
 		}
 		c.upsertRetries = n
@@ -114,7 +116,7 @@ const minFingerprintKey = 32
 func WithFingerprintKey(key []byte) SinkOption {
 	return sinkOptionFunc(func(c *sinkConfig) {
 		if len(key) < minFingerprintKey {
-			c.errs = append(c.errs, fmt.Errorf("envelope: WithFingerprintKey: %d bytes; want at least %d", len(key), minFingerprintKey))
+			c.errs = append(c.errs, fmt.Errorf("dlq: WithFingerprintKey: %d bytes; want at least %d", len(key), minFingerprintKey))
 			return
 		}
 		c.protection.FingerprintKey = append([]byte(nil), key...)
@@ -130,7 +132,7 @@ func WithFingerprintKey(key []byte) SinkOption {
 func WithEncryptedPaths(namespace string, paths ...string) SinkOption {
 	return sinkOptionFunc(func(c *sinkConfig) {
 		if namespace == "" || slices.Contains(paths, "") {
-			c.errs = append(c.errs, fmt.Errorf("envelope: WithEncryptedPaths(%q, %q): empty namespace or path", namespace, paths))
+			c.errs = append(c.errs, fmt.Errorf("dlq: WithEncryptedPaths(%q, %q): empty namespace or path", namespace, paths))
 			return
 		}
 		if c.protection.EncryptedPaths == nil {
@@ -157,7 +159,7 @@ func WithSetup(opts ...SetupOption) SinkOption {
 	return sinkOptionFunc(func(c *sinkConfig) {
 		for i, o := range opts {
 			if o == nil {
-				c.errs = append(c.errs, fmt.Errorf("envelope: WithSetup: option %d is nil", i))
+				c.errs = append(c.errs, fmt.Errorf("dlq: WithSetup: option %d is nil", i))
 				return
 			}
 		}

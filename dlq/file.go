@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"bytes"
@@ -7,21 +7,15 @@ import (
 	"fmt"
 	"os"
 	"sync"
+
+	"github.com/writeguard/writeguard/envelope"
 )
 
-// FileSink is a Sink that appends envelopes to a local file in JSON Lines
-// form: one Envelope per line, a JSON object with the Envelope's json
-// names, where original, err_info and document_id are canonical Extended
-// JSON (MongoDB Extended JSON v2, canonical mode: every BSON type and
-// value kept, {"$numberInt": "1"} and {"$numberLong": "1"} told apart).
-// Extended JSON cannot carry everything BSON can: strings and keys are
-// bytes to the server but must be UTF-8 in JSON (invalid sequences become
-// U+FFFD), and a NaN's payload bits are lost. When the Extended JSON of a
-// field would not give back its exact bytes, the line also holds them,
-// base64, in original_bson, err_info_bson or document_id_bson (the BSON
-// type byte, then the value's bytes), and ReadFile uses those: what it
-// returns is always byte for byte what was Put (TestFileLineExactBytes).
-// first_seen and last_seen are RFC 3339 with nanoseconds.
+// FileSink is an envelope.Sink that appends envelopes to a local file in
+// the JSON-lines form (envelope.MarshalLine): one envelope per line, its
+// original, errInfo and document_id as canonical Extended JSON plus their
+// exact bytes where Extended JSON would change them, so that what ReadFile
+// returns is always byte for byte what was Put (TestFileSinkExactBytes).
 //
 // It is meant as the fallback sink (writeguard.WithFallbackDeadLetter)
 // for when the dead-letter collection cannot be reached, and as an export
@@ -66,8 +60,8 @@ type writeSyncer interface {
 }
 
 var (
-	_ Sink        = (*FileSink)(nil)
-	_ PartialSink = (*FileSink)(nil)
+	_ envelope.Sink        = (*FileSink)(nil)
+	_ envelope.PartialSink = (*FileSink)(nil)
 )
 
 // NewFileSink opens (creating it if needed, mode 0600) the file at path
@@ -82,7 +76,7 @@ func NewFileSink(path string, opts ...SinkOption) (*FileSink, error) {
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("envelope: opening file sink: %w", err)
+		return nil, fmt.Errorf("dlq: opening file sink: %w", err)
 	}
 	return &FileSink{f: f, w: f, path: path, cfg: cfg, checkTail: true}, nil
 }
@@ -91,7 +85,7 @@ func NewFileSink(path string, opts ...SinkOption) (*FileSink, error) {
 func (s *FileSink) Path() string { return s.path }
 
 // ErrClosed is returned by FileSink.Put after Close.
-var ErrClosed = errors.New("envelope: file sink is closed")
+var ErrClosed = errors.New("dlq: file sink is closed")
 
 // Put appends one line per envelope and fsyncs the file. It returns nil
 // only when every line was written and fsynced. It returns an error if an
@@ -99,7 +93,7 @@ var ErrClosed = errors.New("envelope: file sink is closed")
 // hook returns invalid BSON (nothing is written), if the write or the
 // fsync fails (some lines may have been written: PutEach says which are
 // confirmed), if ctx is already done, or ErrClosed after Close.
-func (s *FileSink) Put(ctx context.Context, envs []Envelope) error {
+func (s *FileSink) Put(ctx context.Context, envs []envelope.Envelope) error {
 	errs := s.put(ctx, envs, true)
 	for _, err := range errs {
 		if err != nil {
@@ -114,13 +108,13 @@ func (s *FileSink) Put(ctx context.Context, envs []Envelope) error {
 // write that failed part-way, the envelopes whose lines were written
 // whole are confirmed if the fsync that follows succeeds; a failed fsync
 // fails every envelope of the call.
-func (s *FileSink) PutEach(ctx context.Context, envs []Envelope) []error {
+func (s *FileSink) PutEach(ctx context.Context, envs []envelope.Envelope) []error {
 	return s.put(ctx, envs, false)
 }
 
 // put writes envs; all: one envelope that cannot be encoded fails the
 // call before anything is written (Put).
-func (s *FileSink) put(ctx context.Context, envs []Envelope, all bool) []error {
+func (s *FileSink) put(ctx context.Context, envs []envelope.Envelope, all bool) []error {
 	errs := make([]error, len(envs))
 	fail := func(err error) []error {
 		for i := range errs {
@@ -143,7 +137,7 @@ func (s *FileSink) put(ctx context.Context, envs []Envelope, all bool) []error {
 		env, err := s.prepare(envs[i])
 		var line []byte
 		if err == nil {
-			line, err = MarshalLine(env)
+			line, err = envelope.MarshalLine(env)
 		}
 		if err != nil {
 			if all {
@@ -175,11 +169,11 @@ func (s *FileSink) put(ctx context.Context, envs []Envelope, all bool) []error {
 	n -= prefix
 	if werr != nil {
 		s.checkTail = true
-		werr = fmt.Errorf("envelope: file sink %s: %w", s.path, werr)
+		werr = fmt.Errorf("dlq: file sink %s: %w", s.path, werr)
 	}
 	if serr := s.w.Sync(); serr != nil {
 		s.checkTail = true
-		return fail(fmt.Errorf("envelope: file sink %s: fsync: %w", s.path, serr))
+		return fail(fmt.Errorf("dlq: file sink %s: fsync: %w", s.path, serr))
 	}
 	if werr == nil {
 		s.checkTail = false
@@ -211,12 +205,12 @@ func (s *FileSink) endsWithNewline() bool {
 	return b[0] == '\n'
 }
 
-func (s *FileSink) prepare(env Envelope) (Envelope, error) {
+func (s *FileSink) prepare(env envelope.Envelope) (envelope.Envelope, error) {
 	if env.Status == "" {
-		env.Status = StatusPending
+		env.Status = envelope.StatusPending
 	}
 	// The same withholding, redaction and fingerprint as MongoSink.
-	return Protect(env, s.cfg.protection)
+	return envelope.Protect(env, s.cfg.protection)
 }
 
 // Close closes the file. Later Puts return ErrClosed; Close is idempotent.
@@ -234,15 +228,16 @@ func (s *FileSink) Close() error {
 // file order. Empty lines are skipped. A line it cannot decode (a line cut
 // short by a crash or a failed write during a Put, a hand-edited line) is
 // skipped and reported, and reading goes on: it returns every envelope of
-// the lines it could decode, and an error joining one *LineError per
-// broken line (at most MaxLineErrors of them, then one error counting the
-// rest), or nil when every line decoded. A file that cannot be opened or
-// read is an error too (with the envelopes read until then).
-func ReadFile(path string) ([]Envelope, error) {
+// the lines it could decode, and an error joining one *envelope.LineError
+// per broken line (at most envelope.MaxLineErrors of them, then one error
+// counting the rest), or nil when every line decoded (envelope.ReadLines
+// over the file). A file that cannot be opened or read is an error too
+// (with the envelopes read until then).
+func ReadFile(path string) ([]envelope.Envelope, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("envelope: %w", err)
+		return nil, fmt.Errorf("dlq: %w", err)
 	}
 	defer f.Close()
-	return ReadLines(f)
+	return envelope.ReadLines(f)
 }

@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard/policy"
+
+	"github.com/writeguard/writeguard/envelope"
 )
 
 // MongoSink is a Sink that stores envelopes in the dead-letter collection (DLQ), prepared by EnsureCollection. It is safe
@@ -151,8 +153,8 @@ type MongoSink struct {
 const sinkStripes = 64
 
 var (
-	_ Sink        = (*MongoSink)(nil)
-	_ PartialSink = (*MongoSink)(nil)
+	_ envelope.Sink        = (*MongoSink)(nil)
+	_ envelope.PartialSink = (*MongoSink)(nil)
 )
 
 // NewMongoSink returns a Sink storing envelopes in coll. coll must have
@@ -183,7 +185,7 @@ func NewMongoSink(coll *mongo.Collection, opts ...SinkOption) *MongoSink {
 func NewCheckedMongoSink(coll *mongo.Collection, opts ...SinkOption) (*MongoSink, error) {
 	cfg := newSinkConfig(opts)
 	if coll == nil {
-		cfg.errs = append([]error{errors.New("envelope: NewMongoSink(nil): no dead-letter collection")}, cfg.errs...)
+		cfg.errs = append([]error{errors.New("dlq: NewMongoSink(nil): no dead-letter collection")}, cfg.errs...)
 	}
 	if err := cfg.err(); err != nil {
 		return nil, err
@@ -193,7 +195,7 @@ func NewCheckedMongoSink(coll *mongo.Collection, opts ...SinkOption) (*MongoSink
 
 // ErrUnacknowledgedSink is wrapped by MongoSink.Put's error when the
 // dead-letter collection's write concern is unacknowledged (w: 0).
-var ErrUnacknowledgedSink = errors.New("envelope: the dead-letter collection's write concern is unacknowledged (w: 0): " +
+var ErrUnacknowledgedSink = errors.New("dlq: the dead-letter collection's write concern is unacknowledged (w: 0): " +
 	"the server confirmed nothing, so no envelope is known to be stored; give the sink a collection with w ≥ 1")
 
 // acked returns ErrUnacknowledgedSink for a write the server did not
@@ -221,7 +223,7 @@ func (s *MongoSink) Collection() *mongo.Collection { return s.coll }
 // rounds, or an error wrapping ErrIndexMissing (see MongoSink, "Lost
 // indexes"). An empty envs is a no-op. PutEach says which envelopes were
 // stored when some were not.
-func (s *MongoSink) Put(ctx context.Context, envs []Envelope) error {
+func (s *MongoSink) Put(ctx context.Context, envs []envelope.Envelope) error {
 	_, err := s.put(ctx, envs, true)
 	return err
 }
@@ -234,7 +236,7 @@ func (s *MongoSink) Put(ctx context.Context, envs []Envelope) error {
 // fails alone. A write concern error, a network error or an
 // unacknowledged write fails every envelope of the statements it
 // concerned: the server confirmed none of them.
-func (s *MongoSink) PutEach(ctx context.Context, envs []Envelope) []error {
+func (s *MongoSink) PutEach(ctx context.Context, envs []envelope.Envelope) []error {
 	out, err := s.put(ctx, envs, false)
 	if out == nil {
 		out = make([]error, len(envs))
@@ -251,7 +253,7 @@ func (s *MongoSink) PutEach(ctx context.Context, envs []Envelope) []error {
 // slice: the error concerns every envelope) and the error Put returns.
 // all: an envelope that cannot be prepared fails the call before
 // anything is written.
-func (s *MongoSink) put(ctx context.Context, envs []Envelope, all bool) ([]error, error) {
+func (s *MongoSink) put(ctx context.Context, envs []envelope.Envelope, all bool) ([]error, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
@@ -264,11 +266,11 @@ func (s *MongoSink) put(ctx context.Context, envs []Envelope, all bool) ([]error
 	// Each envelope is prepared alone (redaction, withheld fields, size),
 	// then merged by the fingerprint it is stored under.
 	out := make([]error, len(envs))
-	prepared := make([]Envelope, 0, len(envs))
+	prepared := make([]envelope.Envelope, 0, len(envs))
 	pidx := make([]int, len(envs)) // envs[i] -> prepared index, -1 when it failed
 	var first error
 	for i := range envs {
-		env, err := PrepareStored(envs[i], s.cfg.protection)
+		env, err := envelope.PrepareStored(envs[i], s.cfg.protection)
 		if err == nil && !s.cfg.insertFirst {
 			_, err = upsertModel(env, "") // fails the way the bulk write's marshalling would
 		}
@@ -330,14 +332,14 @@ func failAll(idx []int, err error) map[int]error {
 // oneWriteError returns the error of one statement of a bulk write, as a
 // BulkWriteException holding only that write error.
 func oneWriteError(fp string, we mongo.BulkWriteError, labels []string) error {
-	return fmt.Errorf("envelope: storing the envelope of fingerprint %s: %w", fp,
+	return fmt.Errorf("dlq: storing the envelope of fingerprint %s: %w", fp,
 		mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}, Labels: labels})
 }
 
 // putUpserts stores prepared envelopes with one bulk write of upserts,
 // sending again those that failed with a duplicate key. It returns the
 // indexes (into envs) not stored, with why, and the error Put returns.
-func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) (map[int]error, error) {
+func (s *MongoSink) putUpserts(ctx context.Context, envs []envelope.Envelope) (map[int]error, error) {
 	asBytes := make([]string, len(envs)) // a server's refusal of envs[i]'s sub-documents
 	models := make([]mongo.WriteModel, len(envs))
 	idx := make([]int, len(envs)) // models[k] is envs[idx[k]]
@@ -359,7 +361,7 @@ func (s *MongoSink) putUpserts(ctx context.Context, envs []Envelope) (map[int]er
 			}
 			return failed, first
 		}
-		werr := fmt.Errorf("envelope: storing %d envelopes: %w", len(models), err)
+		werr := fmt.Errorf("dlq: storing %d envelopes: %w", len(models), err)
 		first = cmpOr(first, werr)
 		var bwe mongo.BulkWriteException
 		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
@@ -428,13 +430,13 @@ func allIndexes(n int) []int {
 // putInsertFirst stores prepared envelopes with one insert, then one
 // update of the recaptured ones (WithInsertFirst). It returns the indexes
 // (into envs) not stored, with why, and the error Put returns.
-func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) (map[int]error, error) {
+func (s *MongoSink) putInsertFirst(ctx context.Context, envs []envelope.Envelope) (map[int]error, error) {
 	asBytes := make([]string, len(envs)) // a server's refusal of envs[i]'s sub-documents
 	docs := make([]bson.Raw, len(envs))
 	for i := range envs {
 		var err error
-		if docs[i], err = bson.Marshal(StoredFields(envs[i], "")); err != nil {
-			err = fmt.Errorf("envelope: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, err)
+		if docs[i], err = bson.Marshal(envelope.StoredFields(envs[i], "")); err != nil {
+			err = fmt.Errorf("dlq: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, err)
 			return failAll(allIndexes(len(envs)), err), err
 		}
 	}
@@ -453,8 +455,8 @@ func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) (map[in
 				i := r.index
 				asBytes[i] = fmt.Sprintf("refused by the server as a sub-document: %d %s", r.code, r.codeName)
 				var merr error
-				if docs[i], merr = bson.Marshal(StoredFields(envs[i], asBytes[i])); merr != nil {
-					failed[i] = fmt.Errorf("envelope: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, merr)
+				if docs[i], merr = bson.Marshal(envelope.StoredFields(envs[i], asBytes[i])); merr != nil {
+					failed[i] = fmt.Errorf("dlq: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, merr)
 					first = cmpOr(first, failed[i])
 					continue
 				}
@@ -483,7 +485,7 @@ func (s *MongoSink) putInsertFirst(ctx context.Context, envs []Envelope) (map[in
 			return failed, first
 		}
 		if round >= s.cfg.upsertRetries {
-			err := fmt.Errorf("envelope: %d envelopes were inserted and deleted concurrently %d times; giving up", len(missing), round+1)
+			err := fmt.Errorf("dlq: %d envelopes were inserted and deleted concurrently %d times; giving up", len(missing), round+1)
 			maps.Copy(failed, failAll(missing, err))
 			return failed, cmpOr(first, err)
 		}
@@ -504,7 +506,7 @@ type refusedInsert struct {
 // (into docs) whose insert failed with a duplicate key, those that failed
 // otherwise with why, those refused for a field name that can be stored
 // as bytes instead, and the error Put returns for them.
-func (s *MongoSink) insert(ctx context.Context, envs []Envelope, asBytes []string, docs []bson.Raw, idx []int) ([]int, map[int]error, []refusedInsert, error) {
+func (s *MongoSink) insert(ctx context.Context, envs []envelope.Envelope, asBytes []string, docs []bson.Raw, idx []int) ([]int, map[int]error, []refusedInsert, error) {
 	batch := make([]any, len(idx))
 	for k, i := range idx {
 		batch[k] = docs[i]
@@ -516,7 +518,7 @@ func (s *MongoSink) insert(ctx context.Context, envs []Envelope, asBytes []strin
 		}
 		return nil, nil, nil, nil
 	}
-	werr := fmt.Errorf("envelope: storing %d envelopes: %w", len(idx), err)
+	werr := fmt.Errorf("dlq: storing %d envelopes: %w", len(idx), err)
 	var bwe mongo.BulkWriteException
 	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
 		return nil, failAll(idx, werr), nil, werr
@@ -547,7 +549,7 @@ func (s *MongoSink) insert(ctx context.Context, envs []Envelope, asBytes []strin
 
 // update applies the recapture update to the envelopes envs[i], i in
 // idx, and returns those it found no envelope for.
-func (s *MongoSink) update(ctx context.Context, envs []Envelope, idx []int) ([]int, error) {
+func (s *MongoSink) update(ctx context.Context, envs []envelope.Envelope, idx []int) ([]int, error) {
 	type key struct {
 		attempts int
 		lastSeen int64
@@ -565,11 +567,11 @@ func (s *MongoSink) update(ctx context.Context, envs []Envelope, idx []int) ([]i
 	for _, k := range order {
 		models = append(models, mongo.NewUpdateManyModel().
 			SetFilter(bson.D{{Key: "fingerprint", Value: bson.D{{Key: "$in", Value: groups[k]}}}}).
-			SetUpdate(RecaptureUpdate(k.attempts, time.UnixMilli(k.lastSeen).UTC())))
+			SetUpdate(envelope.RecaptureUpdate(k.attempts, time.UnixMilli(k.lastSeen).UTC())))
 	}
 	res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	if err != nil {
-		return nil, fmt.Errorf("envelope: updating %d recaptured envelopes: %w", len(idx), err)
+		return nil, fmt.Errorf("dlq: updating %d recaptured envelopes: %w", len(idx), err)
 	}
 	if err := s.acked(res.Acknowledged); err != nil {
 		return nil, err
@@ -585,13 +587,13 @@ func (s *MongoSink) update(ctx context.Context, envs []Envelope, idx []int) ([]i
 	cur, err := s.coll.Find(ctx, bson.D{{Key: "fingerprint", Value: bson.D{{Key: "$in", Value: fps}}}},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 0}, {Key: "fingerprint", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("envelope: checking %d recaptured envelopes: %w", len(idx), err)
+		return nil, fmt.Errorf("dlq: checking %d recaptured envelopes: %w", len(idx), err)
 	}
 	var found []struct {
 		Fingerprint string `bson:"fingerprint"`
 	}
 	if err := cur.All(ctx, &found); err != nil {
-		return nil, fmt.Errorf("envelope: checking %d recaptured envelopes: %w", len(idx), err)
+		return nil, fmt.Errorf("dlq: checking %d recaptured envelopes: %w", len(idx), err)
 	}
 	there := make(map[string]bool, len(found))
 	for _, f := range found {
@@ -608,7 +610,7 @@ func (s *MongoSink) update(ctx context.Context, envs []Envelope, idx []int) ([]i
 
 // lock takes the stripe locks of envs' fingerprints, in ascending order,
 // and returns the function that releases them.
-func (s *MongoSink) lock(envs []Envelope) func() {
+func (s *MongoSink) lock(envs []envelope.Envelope) func() {
 	var need [sinkStripes]bool
 	for i := range envs {
 		need[stripeOf(envs[i].Fingerprint)] = true
@@ -640,12 +642,12 @@ func stripeOf(fp string) int {
 // mergeByFingerprint merges envelopes with the same fingerprint (missing
 // fingerprints are computed from the original), keeping the first one's
 // fields, adding attempts and widening first_seen/last_seen.
-func mergeByFingerprint(envs []Envelope) []Envelope {
-	out := make([]Envelope, 0, len(envs))
+func mergeByFingerprint(envs []envelope.Envelope) []envelope.Envelope {
+	out := make([]envelope.Envelope, 0, len(envs))
 	at := make(map[string]int, len(envs))
 	for _, e := range envs {
 		if e.Fingerprint == "" {
-			e.Fingerprint = Fingerprint(e.Original, e.IDAssigned)
+			e.Fingerprint = envelope.Fingerprint(e.Original, e.IDAssigned)
 		}
 		if e.Attempts < 1 {
 			e.Attempts = 1
@@ -670,12 +672,12 @@ func mergeByFingerprint(envs []Envelope) []Envelope {
 
 // upsertModel returns the upsert of one prepared envelope (asBytes: see
 // InsertFields).
-func upsertModel(env Envelope, asBytes string) (mongo.WriteModel, error) {
-	soi, err := bson.Marshal(InsertFields(env, asBytes))
+func upsertModel(env envelope.Envelope, asBytes string) (mongo.WriteModel, error) {
+	soi, err := bson.Marshal(envelope.InsertFields(env, asBytes))
 	if err != nil {
-		return nil, fmt.Errorf("envelope: marshalling the envelope of fingerprint %s: %w", env.Fingerprint, err)
+		return nil, fmt.Errorf("dlq: marshalling the envelope of fingerprint %s: %w", env.Fingerprint, err)
 	}
-	update := append(bson.D{{Key: "$setOnInsert", Value: bson.Raw(soi)}}, RecaptureUpdate(env.Attempts, env.LastSeen)...)
+	update := append(bson.D{{Key: "$setOnInsert", Value: bson.Raw(soi)}}, envelope.RecaptureUpdate(env.Attempts, env.LastSeen)...)
 	return mongo.NewUpdateOneModel().
 		SetFilter(bson.D{{Key: "fingerprint", Value: env.Fingerprint}}).
 		SetUpdate(update).
@@ -688,14 +690,14 @@ func upsertModel(env Envelope, asBytes string) (mongo.WriteModel, error) {
 // fields, attempts, last_seen and status, as one document without the _id
 // the server assigns. For tests and tools. It returns the options' errors
 // (joined), Protect's, or the marshalling error.
-func StoredDocument(env Envelope, opts ...SinkOption) (bson.Raw, error) {
+func StoredDocument(env envelope.Envelope, opts ...SinkOption) (bson.Raw, error) {
 	cfg := newSinkConfig(opts)
 	if err := cfg.err(); err != nil {
 		return nil, err
 	}
-	e, err := PrepareStored(env, cfg.protection)
+	e, err := envelope.PrepareStored(env, cfg.protection)
 	if err != nil {
 		return nil, err
 	}
-	return bson.Marshal(StoredFields(e, ""))
+	return bson.Marshal(envelope.StoredFields(e, ""))
 }

@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard/policy"
+
+	"github.com/writeguard/writeguard/envelope"
 )
 
 // DefaultTTL is how long an envelope is kept after its last capture
@@ -199,10 +201,10 @@ func WithTTL(field string, ttl time.Duration) SetupOption {
 		switch {
 		case ttl == 0:
 		case ttl < time.Second:
-			c.errs = append(c.errs, fmt.Errorf("envelope: WithTTL(%q, %v): want 0 or at least 1s", field, ttl))
+			c.errs = append(c.errs, fmt.Errorf("dlq: WithTTL(%q, %v): want 0 or at least 1s", field, ttl))
 			return
 		case ttl/time.Second > math.MaxInt32:
-			c.errs = append(c.errs, fmt.Errorf("envelope: WithTTL(%q, %v): over the server's maximum of 2147483647s", field, ttl))
+			c.errs = append(c.errs, fmt.Errorf("dlq: WithTTL(%q, %v): over the server's maximum of 2147483647s", field, ttl))
 			return
 		}
 		c.ttlField, c.ttl = field, ttl
@@ -255,7 +257,7 @@ func Validator() bson.D {
 			{Key: "first_seen", Value: bson.D{{Key: "bsonType", Value: "date"}}},
 			{Key: "last_seen", Value: bson.D{{Key: "bsonType", Value: "date"}}},
 			{Key: "attempts", Value: bson.D{{Key: "bsonType", Value: intTypes}, {Key: "minimum", Value: 1}}},
-			{Key: "status", Value: bson.D{{Key: "enum", Value: bson.A{StatusPending, StatusReplayed, StatusDiscarded, StatusQuarantined}}}},
+			{Key: "status", Value: bson.D{{Key: "enum", Value: bson.A{envelope.StatusPending, envelope.StatusReplayed, envelope.StatusDiscarded, envelope.StatusQuarantined}}}},
 		}},
 	}}}
 }
@@ -313,19 +315,19 @@ func EnsureCollection(ctx context.Context, db *mongo.Database, name string, opts
 	cfg := setupConfig{validator: true, ttlField: DefaultTTLField, ttl: DefaultTTL, status: true}
 	for i, o := range opts {
 		if o == nil {
-			cfg.errs = append(cfg.errs, fmt.Errorf("envelope: EnsureCollection: option %d is nil", i))
+			cfg.errs = append(cfg.errs, fmt.Errorf("dlq: EnsureCollection: option %d is nil", i))
 			continue
 		}
 		o.apply(&cfg)
 	}
 	rep := SetupReport{}
 	if db == nil {
-		cfg.errs = append([]error{errors.New("envelope: EnsureCollection(nil database)")}, cfg.errs...)
+		cfg.errs = append([]error{errors.New("dlq: EnsureCollection(nil database)")}, cfg.errs...)
 	} else {
 		rep.Namespace = db.Name() + "." + name
 	}
 	if name == "" {
-		cfg.errs = append(cfg.errs, errors.New("envelope: EnsureCollection: empty collection name"))
+		cfg.errs = append(cfg.errs, errors.New("dlq: EnsureCollection: empty collection name"))
 	}
 	if len(cfg.errs) > 0 {
 		return rep, errors.Join(cfg.errs...)
@@ -347,7 +349,7 @@ func EnsureCollection(ctx context.Context, db *mongo.Database, name string, opts
 		}
 	}
 	if len(failed) > 0 {
-		return rep, fmt.Errorf("envelope: setting up %s: %s", rep.Namespace, strings.Join(failed, "; "))
+		return rep, fmt.Errorf("dlq: setting up %s: %s", rep.Namespace, strings.Join(failed, "; "))
 	}
 	return rep, nil
 }
@@ -372,21 +374,21 @@ type collInfo struct {
 func (s *setup) info(ctx context.Context) (*collInfo, error) {
 	cur, err := s.db.ListCollections(ctx, bson.D{{Key: "name", Value: s.name}})
 	if err != nil {
-		return nil, fmt.Errorf("envelope: listCollections: %w", err)
+		return nil, fmt.Errorf("dlq: listCollections: %w", err)
 	}
 	defer cur.Close(ctx)
 	if !cur.Next(ctx) {
 		if err := cur.Err(); err != nil {
-			return nil, fmt.Errorf("envelope: listCollections: %w", err)
+			return nil, fmt.Errorf("dlq: listCollections: %w", err)
 		}
 		return nil, nil
 	}
 	var ci collInfo
 	if err := cur.Decode(&ci); err != nil {
-		return nil, fmt.Errorf("envelope: listCollections: %w", err)
+		return nil, fmt.Errorf("dlq: listCollections: %w", err)
 	}
 	if ci.Type != "" && ci.Type != "collection" {
-		return nil, fmt.Errorf("envelope: %s is a %s, not a collection", s.rep.Namespace, ci.Type)
+		return nil, fmt.Errorf("dlq: %s is a %s, not a collection", s.rep.Namespace, ci.Type)
 	}
 	return &ci, nil
 }
@@ -424,7 +426,7 @@ func sameValidator(ci *collInfo) bool {
 	if err != nil {
 		return false
 	}
-	return Fingerprint(ci.Options.Validator, false) == Fingerprint(want, false)
+	return envelope.Fingerprint(ci.Options.Validator, false) == envelope.Fingerprint(want, false)
 }
 
 func (s *setup) collMod(ctx context.Context) error {
@@ -455,7 +457,7 @@ func (s *setup) create(ctx context.Context) error {
 		// Created meanwhile by someone else: treat as existing.
 		return s.collection(ctx)
 	case !isUnsupported(err):
-		return fmt.Errorf("envelope: creating %s: %w", s.rep.Namespace, err)
+		return fmt.Errorf("dlq: creating %s: %w", s.rep.Namespace, err)
 	}
 	// The server refuses create with a validator: create, then collMod.
 	if err := s.createPlain(ctx); err != nil {
@@ -484,7 +486,7 @@ func (s *setup) createPlain(ctx context.Context) error {
 	case hasCode(err, codeNamespaceExists):
 		s.rep.add(FeatureResult{Feature: FeatureCollection, State: FeatureAlready, Detail: "created concurrently"})
 	default:
-		return fmt.Errorf("envelope: creating %s: %w", s.rep.Namespace, err)
+		return fmt.Errorf("dlq: creating %s: %w", s.rep.Namespace, err)
 	}
 	return nil
 }
@@ -519,21 +521,21 @@ func (s *setup) listIndexes(ctx context.Context) ([]indexInfo, error) {
 func listIndexes(ctx context.Context, coll *mongo.Collection) ([]indexInfo, error) {
 	cur, err := coll.Indexes().List(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("envelope: listIndexes: %w", err)
+		return nil, fmt.Errorf("dlq: listIndexes: %w", err)
 	}
 	var out []indexInfo
 	for cur.Next(ctx) {
 		var ii indexInfo
 		if err := decodeIndex(cur.Current, &ii); err != nil {
 			_ = cur.Close(ctx)
-			return nil, fmt.Errorf("envelope: listIndexes: %w", err)
+			return nil, fmt.Errorf("dlq: listIndexes: %w", err)
 		}
 		out = append(out, ii)
 	}
 	err = cur.Err()
 	_ = cur.Close(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("envelope: listIndexes: %w", err)
+		return nil, fmt.Errorf("dlq: listIndexes: %w", err)
 	}
 	return out, nil
 }
@@ -623,7 +625,7 @@ func (s *setup) indexes(ctx context.Context) error {
 	fr := s.ensureIndex(ctx, idx, FeatureFingerprintIndex, FingerprintIndexName, fpKeys, true)
 	s.rep.add(fr)
 	if fr.State != FeatureApplied && fr.State != FeatureAlready {
-		return fmt.Errorf("envelope: %s: the unique index on fingerprint is required: %s", s.rep.Namespace, fr.String())
+		return fmt.Errorf("dlq: %s: the unique index on fingerprint is required: %s", s.rep.Namespace, fr.String())
 	}
 	if s.cfg.ttl == 0 {
 		s.rep.add(FeatureResult{Feature: FeatureTTLIndex, State: FeatureDisabled})

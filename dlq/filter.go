@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/writeguard/writeguard/envelope"
 )
 
 // Filter selects envelopes of the dead-letter collection, for Stats,
@@ -54,7 +56,7 @@ func (f Filter) IsZero() bool {
 
 // ErrBadFilter is wrapped by every error of Filter.Validate and
 // Filter.Query.
-var ErrBadFilter = errors.New("envelope: bad filter")
+var ErrBadFilter = errors.New("dlq: bad filter")
 
 // Validate checks f and returns an error wrapping ErrBadFilter that names
 // the first bad value: an empty keyword, path, namespace or fingerprint,
@@ -88,9 +90,9 @@ func (f Filter) Validate() error {
 	}
 	for _, s := range f.Statuses {
 		switch s {
-		case StatusPending, StatusReplayed, StatusDiscarded, StatusQuarantined:
+		case envelope.StatusPending, envelope.StatusReplayed, envelope.StatusDiscarded, envelope.StatusQuarantined:
 		default:
-			return bad("status %q: want %q, %q, %q or %q", s, StatusPending, StatusReplayed, StatusDiscarded, StatusQuarantined)
+			return bad("status %q: want %q, %q, %q or %q", s, envelope.StatusPending, envelope.StatusReplayed, envelope.StatusDiscarded, envelope.StatusQuarantined)
 		}
 	}
 	for _, fp := range f.Fingerprints {
