@@ -62,74 +62,121 @@ func storedSize(env Envelope) (int, error) {
 //
 // It never fails: at worst the original keeps no field.
 func fitEnvelope(env Envelope, limit int) Envelope {
-	size, err := storedSize(env)
-	if err != nil || size <= limit {
+	f := &fitting{env: env, limit: limit}
+	if f.fits() {
 		return env
 	}
-	fits := func() bool {
-		size, err = storedSize(env)
-		return err != nil || size <= limit
+	f.env.Cut = slices.Clone(env.Cut)
+	if f.cutErrInfo() || f.cutLists() || f.cutErrMsg() {
+		return f.env
 	}
-	env.Cut = slices.Clone(env.Cut)
-	if len(env.ErrInfo) > 0 {
-		before := len(env.ErrInfo)
-		if cut := dropKeys(env.ErrInfo, isConsideredValueKey, 0); len(cut) < before {
-			env.ErrInfo = cut
-			env.Cut = append(env.Cut, CutField{Field: "err_info.consideredValue", Size: before})
-			if fits() {
-				return env
-			}
+	f.truncateOriginal()
+	return f.env
+}
+
+// fitting is an envelope being cut to fit limit bytes as stored.
+type fitting struct {
+	env   Envelope
+	limit int
+	size  int // env's stored size when last measured (0: cannot be marshalled)
+}
+
+// fits measures env again and reports whether it fits (an envelope that
+// cannot be marshalled is not cut: storing it fails).
+func (f *fitting) fits() bool {
+	size, err := storedSize(f.env)
+	f.size = size
+	return err != nil || size <= f.limit
+}
+
+// cutErrInfo applies steps 1 to 3 to errInfo, as far as needed, and
+// reports whether the envelope fits.
+func (f *fitting) cutErrInfo() bool {
+	if len(f.env.ErrInfo) == 0 {
+		return false
+	}
+	return f.dropConsideredValues() || f.keepFirstDetails() || f.summariseErrInfo()
+}
+
+// dropConsideredValues is step 1.
+func (f *fitting) dropConsideredValues() bool {
+	before := len(f.env.ErrInfo)
+	cut := dropKeys(f.env.ErrInfo, isConsideredValueKey, 0)
+	if len(cut) >= before {
+		return false
+	}
+	f.env.ErrInfo = cut
+	f.env.Cut = append(f.env.Cut, CutField{Field: "err_info.consideredValue", Size: before})
+	return f.fits()
+}
+
+// keepFirstDetails is step 2: the arrays of errInfo cut to their first
+// 16, then 4, then 1 items, until the envelope fits.
+func (f *fitting) keepFirstDetails() bool {
+	before := len(f.env.ErrInfo)
+	total := countArrayItems(f.env.ErrInfo, 0)
+	fits := false
+	for _, k := range []int{16, 4, 1} {
+		cut := keepFirstItems(f.env.ErrInfo, k, 0)
+		if len(cut) >= len(f.env.ErrInfo) {
+			continue
 		}
-		before = len(env.ErrInfo)
-		total := countArrayItems(env.ErrInfo, 0)
-		for _, k := range []int{16, 4, 1} {
-			cut := keepFirstItems(env.ErrInfo, k, 0)
-			if len(cut) >= len(env.ErrInfo) {
-				continue
-			}
-			env.ErrInfo = cut
-			if fits() {
-				break
-			}
-		}
-		if len(env.ErrInfo) < before {
-			env.Cut = append(env.Cut, CutField{Field: "err_info.details", Size: before, Total: total, Kept: countArrayItems(env.ErrInfo, 0)})
-			if size <= limit {
-				return env
-			}
-		}
-		before = len(env.ErrInfo)
-		env.ErrInfo = errInfoSummary(env.ErrInfo)
-		env.Cut = append(env.Cut, CutField{Field: "err_info", Size: before})
-		if fits() {
-			return env
+		f.env.ErrInfo = cut
+		if fits = f.fits(); fits {
+			break
 		}
 	}
+	if len(f.env.ErrInfo) >= before {
+		return false
+	}
+	f.env.Cut = append(f.env.Cut, CutField{Field: "err_info.details", Size: before, Total: total, Kept: countArrayItems(f.env.ErrInfo, 0)})
+	return fits
+}
+
+// summariseErrInfo is step 3.
+func (f *fitting) summariseErrInfo() bool {
+	before := len(f.env.ErrInfo)
+	f.env.ErrInfo = errInfoSummary(f.env.ErrInfo)
+	f.env.Cut = append(f.env.Cut, CutField{Field: "err_info", Size: before})
+	return f.fits()
+}
+
+// cutLists is step 4.
+func (f *fitting) cutLists() bool {
 	for _, l := range []struct {
 		name string
 		list *[]string
-	}{{"failing_paths", &env.FailingPaths}, {"failing_keywords", &env.FailingKeywords}} {
+	}{{"failing_paths", &f.env.FailingPaths}, {"failing_keywords", &f.env.FailingKeywords}} {
 		if n := len(*l.list); n > maxListedDiagnostics {
-			env.Cut = append(env.Cut, CutField{Field: l.name, Size: listSize(*l.list), Total: n, Kept: maxListedDiagnostics})
+			f.env.Cut = append(f.env.Cut, CutField{Field: l.name, Size: listSize(*l.list), Total: n, Kept: maxListedDiagnostics})
 			*l.list = (*l.list)[:maxListedDiagnostics]
-			if fits() {
-				return env
+			if f.fits() {
+				return true
 			}
 		}
 	}
-	if len(env.ErrMsg) > maxErrMsgKept {
-		env.Cut = append(env.Cut, CutField{Field: "errmsg", Size: len(env.ErrMsg)})
-		env.ErrMsg = validString([]byte(env.ErrMsg[:maxErrMsgKept]))
-		if fits() {
-			return env
-		}
+	return false
+}
+
+// cutErrMsg is step 5.
+func (f *fitting) cutErrMsg() bool {
+	if len(f.env.ErrMsg) <= maxErrMsgKept {
+		return false
 	}
-	full := env.Original
+	f.env.Cut = append(f.env.Cut, CutField{Field: "errmsg", Size: len(f.env.ErrMsg)})
+	f.env.ErrMsg = validString([]byte(f.env.ErrMsg[:maxErrMsgKept]))
+	return f.fits()
+}
+
+// truncateOriginal is step 6: the original keeps the top-level fields
+// that fit beside the rest of the envelope.
+func (f *fitting) truncateOriginal() {
+	full := f.env.Original
 	// Room for original_truncated, original_size, original_dropped (at
 	// most maxDroppedNames names of at most maxDroppedNameLen bytes) and
 	// the cut entry of the original.
 	const reserve = 128 + maxDroppedNames*(maxDroppedNameLen+3+8)
-	budget := limit - (size - len(full)) - reserve
+	budget := f.limit - (f.size - len(full)) - reserve
 	kept, dropped := truncateDocument(full, budget)
 	total := len(dropped) + countTop(kept)
 	if len(dropped) > maxDroppedNames {
@@ -140,15 +187,14 @@ func fitEnvelope(env Envelope, limit int) Envelope {
 			dropped[i] = validString([]byte(name[:maxDroppedNameLen]))
 		}
 	}
-	env.Original = kept
-	env.OriginalTruncated = true
-	env.OriginalSize = len(full)
-	env.OriginalDropped = dropped
-	env.Cut = append(env.Cut, CutField{Field: "original", Size: len(full), Total: total, Kept: countTop(kept)})
-	if size, err = storedSize(env); err == nil && size > limit {
-		env.OriginalDropped = nil // cannot happen with the reserve above
+	f.env.Original = kept
+	f.env.OriginalTruncated = true
+	f.env.OriginalSize = len(full)
+	f.env.OriginalDropped = dropped
+	f.env.Cut = append(f.env.Cut, CutField{Field: "original", Size: len(full), Total: total, Kept: countTop(kept)})
+	if size, err := storedSize(f.env); err == nil && size > f.limit {
+		f.env.OriginalDropped = nil // cannot happen with the reserve above
 	}
-	return env
 }
 
 // maxListedDiagnostics bounds failing_paths and failing_keywords when an

@@ -181,73 +181,71 @@ func decodeExact(raw bson.Raw, env *Envelope) *DecodeError {
 // non-empty document field is then stored as bytes, with asBytes as the
 // reason.
 func InsertFields(env Envelope, asBytes string) bson.D {
-	var binary []BinaryField
-	d := bson.D{
-		{Key: "schema_version", Value: int32(env.SchemaVersion)},
-	}
-	if env.FingerprintScheme != "" {
-		d = append(d, bson.E{Key: "fingerprint_scheme", Value: env.FingerprintScheme})
-	}
-	if env.Kind != "" {
-		d = append(d, bson.E{Key: "kind", Value: env.Kind})
-	}
-	d = append(d, docElem("original", rawOrEmpty(env.Original), &binary, asBytes))
+	var binary []BinaryField // appended to by docElem, in stored order
+	d := originalFields(env, asBytes, &binary)
+	d = append(d, failureFields(env, asBytes, &binary)...)
+	d = append(d, captureFields(env)...)
+	return appendIf(d, len(binary) > 0, "binary", binary)
+}
+
+// originalFields are the first fields InsertFields stores: the format,
+// the original and what was done to it, the call options, the _id.
+func originalFields(env Envelope, asBytes string, binary *[]BinaryField) bson.D {
+	d := bson.D{{Key: "schema_version", Value: int32(env.SchemaVersion)}}
+	d = appendIf(d, env.FingerprintScheme != "", "fingerprint_scheme", env.FingerprintScheme)
+	d = appendIf(d, env.Kind != "", "kind", env.Kind)
+	d = append(d, docElem("original", rawOrEmpty(env.Original), binary, asBytes))
 	if len(env.CallOptions) > 0 {
-		d = append(d, docElem("call_options", env.CallOptions, &binary, asBytes))
+		d = append(d, docElem("call_options", env.CallOptions, binary, asBytes))
 	}
 	if env.OriginalTruncated {
 		d = append(d, bson.E{Key: "original_truncated", Value: true}, bson.E{Key: "original_size", Value: int64(env.OriginalSize)})
-		if len(env.OriginalDropped) > 0 {
-			d = append(d, bson.E{Key: "original_dropped", Value: env.OriginalDropped})
-		}
+		d = appendIf(d, len(env.OriginalDropped) > 0, "original_dropped", env.OriginalDropped)
 	}
-	if env.OriginalRedacted {
-		d = append(d, bson.E{Key: "original_redacted", Value: true})
-	}
-	if len(env.Withheld) > 0 {
-		d = append(d, bson.E{Key: "withheld", Value: env.Withheld})
-	}
-	if env.WithheldNote != "" {
-		d = append(d, bson.E{Key: "withheld_note", Value: env.WithheldNote})
-	}
-	if env.DocumentID.Type != 0 {
-		d = append(d, bson.E{Key: "document_id", Value: env.DocumentID})
-	}
-	d = append(d, bson.E{Key: "id_assigned", Value: env.IDAssigned})
+	d = appendIf(d, env.OriginalRedacted, "original_redacted", true)
+	d = appendIf(d, len(env.Withheld) > 0, "withheld", env.Withheld)
+	d = appendIf(d, env.WithheldNote != "", "withheld_note", env.WithheldNote)
+	d = appendIf(d, env.DocumentID.Type != 0, "document_id", env.DocumentID)
+	return append(d, bson.E{Key: "id_assigned", Value: env.IDAssigned})
+}
+
+// failureFields are the server's verdict InsertFields stores: errInfo and
+// what it names, the code, the message, the labels.
+func failureFields(env Envelope, asBytes string, binary *[]BinaryField) bson.D {
+	var d bson.D
 	if len(env.ErrInfo) > 0 {
-		d = append(d, docElem("err_info", env.ErrInfo, &binary, asBytes))
+		d = append(d, docElem("err_info", env.ErrInfo, binary, asBytes))
 	}
 	d = append(d,
 		bson.E{Key: "failing_keywords", Value: nonNil(env.FailingKeywords)},
 		bson.E{Key: "failing_paths", Value: nonNil(env.FailingPaths)},
 		bson.E{Key: "code", Value: env.Code},
 	)
-	if env.CodeName != "" {
-		d = append(d, bson.E{Key: "code_name", Value: env.CodeName})
-	}
+	d = appendIf(d, env.CodeName != "", "code_name", env.CodeName)
 	d = append(d, bson.E{Key: "errmsg", Value: env.ErrMsg})
-	if len(env.Labels) > 0 {
-		d = append(d, bson.E{Key: "labels", Value: env.Labels})
+	return appendIf(d, len(env.Labels) > 0, "labels", env.Labels)
+}
+
+// captureFields are the write's own fields InsertFields stores (where,
+// what, when, the trace) and what was cut for size.
+func captureFields(env Envelope) bson.D {
+	d := bson.D{
+		{Key: "namespace", Value: env.Namespace},
+		{Key: "operation", Value: env.Operation},
+		{Key: "batch_index", Value: int32(env.BatchIndex)},
+		{Key: "first_seen", Value: env.FirstSeen},
 	}
-	d = append(d,
-		bson.E{Key: "namespace", Value: env.Namespace},
-		bson.E{Key: "operation", Value: env.Operation},
-		bson.E{Key: "batch_index", Value: int32(env.BatchIndex)},
-		bson.E{Key: "first_seen", Value: env.FirstSeen},
-	)
-	if env.TraceID != "" {
-		d = append(d, bson.E{Key: "trace_id", Value: env.TraceID})
+	d = appendIf(d, env.TraceID != "", "trace_id", env.TraceID)
+	d = appendIf(d, env.SpanID != "", "span_id", env.SpanID)
+	return appendIf(d, len(env.Cut) > 0, "cut", env.Cut)
+}
+
+// appendIf appends key: value to d when set.
+func appendIf(d bson.D, set bool, key string, value any) bson.D {
+	if !set {
+		return d
 	}
-	if env.SpanID != "" {
-		d = append(d, bson.E{Key: "span_id", Value: env.SpanID})
-	}
-	if len(env.Cut) > 0 {
-		d = append(d, bson.E{Key: "cut", Value: env.Cut})
-	}
-	if len(binary) > 0 {
-		d = append(d, bson.E{Key: "binary", Value: binary})
-	}
-	return d
+	return append(d, bson.E{Key: key, Value: value})
 }
 
 func rawOrEmpty(r bson.Raw) bson.Raw {
