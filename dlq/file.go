@@ -103,7 +103,7 @@ func (s *FileSink) Put(ctx context.Context, envs []envelope.Envelope) error {
 	return nil
 }
 
-// PutEach is Put reporting per envelope (see PartialSink): an envelope
+// PutEach is Put reporting per envelope (see envelope.PartialSink): an envelope
 // that cannot be encoded fails alone (the others are written); after a
 // write that failed part-way, the envelopes whose lines were written
 // whole are confirmed if the fsync that follows succeeds; a failed fsync
@@ -116,22 +116,43 @@ func (s *FileSink) PutEach(ctx context.Context, envs []envelope.Envelope) []erro
 // call before anything is written (Put).
 func (s *FileSink) put(ctx context.Context, envs []envelope.Envelope, all bool) []error {
 	errs := make([]error, len(envs))
-	fail := func(err error) []error {
-		for i := range errs {
-			if errs[i] == nil {
-				errs[i] = err
-			}
-		}
-		return errs
-	}
 	if err := ctx.Err(); err != nil {
-		return fail(err)
+		return failRest(errs, err)
 	}
 	if len(envs) == 0 {
 		return errs
 	}
+	data, ends, err := s.encode(envs, errs, all)
+	if err != nil {
+		return failRest(errs, err)
+	}
+	if len(data) == 0 {
+		return errs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return failRest(errs, ErrClosed)
+	}
+	return s.write(data, ends, errs)
+}
+
+// failRest sets err for every envelope of errs that has no error yet.
+func failRest(errs []error, err error) []error {
+	for i := range errs {
+		if errs[i] == nil {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+// encode returns the lines of envs and the end offset of each in them (-1
+// for an envelope that cannot be encoded, whose error it sets in errs).
+// all: the first such envelope's error is returned instead.
+func (s *FileSink) encode(envs []envelope.Envelope, errs []error, all bool) ([]byte, []int, error) {
 	var buf bytes.Buffer
-	ends := make([]int, len(envs)) // end offset of each line in buf; -1: not written
+	ends := make([]int, len(envs))
 	for i := range envs {
 		ends[i] = -1
 		env, err := s.prepare(envs[i])
@@ -141,7 +162,7 @@ func (s *FileSink) put(ctx context.Context, envs []envelope.Envelope, all bool) 
 		}
 		if err != nil {
 			if all {
-				return fail(err)
+				return nil, nil, err
 			}
 			errs[i] = err
 			continue
@@ -150,15 +171,13 @@ func (s *FileSink) put(ctx context.Context, envs []envelope.Envelope, all bool) 
 		buf.WriteByte('\n')
 		ends[i] = buf.Len()
 	}
-	if buf.Len() == 0 {
-		return errs
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fail(ErrClosed)
-	}
-	data := buf.Bytes()
+	return buf.Bytes(), ends, nil
+}
+
+// write appends data (lines ending at ends) with one write call, then
+// fsyncs, and returns errs with the error of every envelope whose line
+// is not confirmed. s.mu is held.
+func (s *FileSink) write(data []byte, ends []int, errs []error) []error {
 	prefix := 0
 	if s.checkTail && !s.endsWithNewline() {
 		// Torn tail: end that line, so that ours starts on a line of its own.
@@ -173,7 +192,7 @@ func (s *FileSink) put(ctx context.Context, envs []envelope.Envelope, all bool) 
 	}
 	if serr := s.w.Sync(); serr != nil {
 		s.checkTail = true
-		return fail(fmt.Errorf("dlq: file sink %s: fsync: %w", s.path, serr))
+		return failRest(errs, fmt.Errorf("dlq: file sink %s: fsync: %w", s.path, serr))
 	}
 	if werr == nil {
 		s.checkTail = false

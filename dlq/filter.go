@@ -29,8 +29,8 @@ type Filter struct {
 	// Namespaces selects envelopes by "<database>.<collection>" of the
 	// write's target.
 	Namespaces []string
-	// Statuses selects envelopes by status: StatusPending,
-	// StatusReplayed, StatusDiscarded, StatusQuarantined.
+	// Statuses selects envelopes by status: envelope.StatusPending,
+	// envelope.StatusReplayed, envelope.StatusDiscarded, envelope.StatusQuarantined.
 	Statuses []string
 	// Fingerprints selects envelopes by fingerprint (64 lowercase hex
 	// digits).

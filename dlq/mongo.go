@@ -3,23 +3,18 @@ package dlq
 import (
 	"context"
 	"errors"
-	"fmt"
-	"maps"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
-
-	"github.com/writeguard/writeguard/policy"
 
 	"github.com/writeguard/writeguard/envelope"
 )
 
-// MongoSink is a Sink that stores envelopes in the dead-letter collection (DLQ), prepared by EnsureCollection. It is safe
-// for concurrent use.
+// MongoSink is an envelope.Sink that stores envelopes in the dead-letter
+// collection (DLQ), prepared by EnsureCollection. It is safe for
+// concurrent use.
 //
 // Each Put is one unordered bulk write of one upsert per distinct
 // fingerprint (the driver splits it into several commands only past the
@@ -32,8 +27,8 @@ import (
 //	              failing_paths, code, code_name, errmsg, labels,
 //	              namespace, operation, batch_index, first_seen,
 //	              trace_id, span_id
-//	$inc:         {attempts: <Envelope.Attempts, at least 1>}
-//	$max:         {last_seen: <Envelope.LastSeen>}
+//	$inc:         {attempts: <envelope.Envelope.Attempts, at least 1>}
+//	$max:         {last_seen: <envelope.Envelope.LastSeen>}
 //	$set:         {status: "pending"}
 //
 // so the first capture of a payload inserts its envelope and every later
@@ -54,7 +49,7 @@ import (
 // (StoredDocument; first captures, milliseconds: 1,000 in about 0.1 s),
 // then, for the inserts that failed with 11000 (recaptures), one bulk
 // write of updateMany {fingerprint: {$in: [...]}} statements, one per
-// distinct (attempts, last_seen) pair, each applying RecaptureUpdate (200
+// distinct (attempts, last_seen) pair, each applying envelope.RecaptureUpdate (200
 // recaptures into a DLQ of 1,000: about 2.3 s on FerretDB, which scans
 // once per updated document). The stored result is the same; on MongoDB
 // both modes are index lookups, insert-first costing a second round trip
@@ -94,7 +89,7 @@ import (
 // binary. An upsert (or, WithInsertFirst, an insert) the server still
 // refuses with a field-name code (2, 52, 56, 57) is sent once more with
 // every document field as bytes.
-// Decode reads both forms; the collection's validator accepts both.
+// envelope.Decode reads both forms; the collection's validator accepts both.
 //
 // # Idempotence
 //
@@ -108,7 +103,7 @@ import (
 // # Size
 //
 // The stored envelope must fit MongoDB's 16 MiB document limit
-// (MaxBSONSize) with EnvelopeHeadroom to spare. When it would not, Put
+// (envelope.MaxBSONSize) with envelope.EnvelopeHeadroom to spare. When it would not, Put
 // does not fail and does not drop the payload: an errInfo over a quarter
 // of that is replaced by {writeguard_truncated: true, size,
 // failingDocumentId} (failing_keywords and failing_paths, derived from the
@@ -157,7 +152,7 @@ var (
 	_ envelope.PartialSink = (*MongoSink)(nil)
 )
 
-// NewMongoSink returns a Sink storing envelopes in coll. coll must have
+// NewMongoSink returns a sink storing envelopes in coll. coll must have
 // the unique index on fingerprint that EnsureCollection creates: without
 // it concurrent first captures of one payload can make two envelopes
 // (and, WithInsertFirst, every recapture would). It never panics: a nil
@@ -228,7 +223,7 @@ func (s *MongoSink) Put(ctx context.Context, envs []envelope.Envelope) error {
 	return err
 }
 
-// PutEach is Put reporting per envelope (see PartialSink): entry i is nil
+// PutEach is Put reporting per envelope (see envelope.PartialSink): entry i is nil
 // when envs[i] is stored (its envelope, merged with the others of its
 // fingerprint, was inserted or updated), and otherwise the reason, a
 // mongo.BulkWriteException holding only that envelope's write error when
@@ -313,301 +308,6 @@ func (s *MongoSink) put(ctx context.Context, envs []envelope.Envelope, all bool)
 	return out, cmpOr(first, err)
 }
 
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
-// failAll returns err for every index of idx.
-func failAll(idx []int, err error) map[int]error {
-	m := make(map[int]error, len(idx))
-	for _, i := range idx {
-		m[i] = err
-	}
-	return m
-}
-
-// oneWriteError returns the error of one statement of a bulk write, as a
-// BulkWriteException holding only that write error.
-func oneWriteError(fp string, we mongo.BulkWriteError, labels []string) error {
-	return fmt.Errorf("dlq: storing the envelope of fingerprint %s: %w", fp,
-		mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}, Labels: labels})
-}
-
-// putUpserts stores prepared envelopes with one bulk write of upserts,
-// sending again those that failed with a duplicate key. It returns the
-// indexes (into envs) not stored, with why, and the error Put returns.
-func (s *MongoSink) putUpserts(ctx context.Context, envs []envelope.Envelope) (map[int]error, error) {
-	asBytes := make([]string, len(envs)) // a server's refusal of envs[i]'s sub-documents
-	models := make([]mongo.WriteModel, len(envs))
-	idx := make([]int, len(envs)) // models[k] is envs[idx[k]]
-	for i := range envs {
-		m, err := upsertModel(envs[i], "")
-		if err != nil {
-			return failAll(allIndexes(len(envs)), err), err
-		}
-		models[i], idx[i] = m, i
-	}
-	failed := map[int]error{}
-	var first error
-	for round := 0; ; round++ {
-		res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
-		if err == nil {
-			if aerr := s.acked(res.Acknowledged); aerr != nil {
-				maps.Copy(failed, failAll(idx, aerr))
-				return failed, aerr
-			}
-			return failed, first
-		}
-		werr := fmt.Errorf("dlq: storing %d envelopes: %w", len(models), err)
-		first = cmpOr(first, werr)
-		var bwe mongo.BulkWriteException
-		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
-			maps.Copy(failed, failAll(idx, werr))
-			return failed, first
-		}
-		var again []mongo.WriteModel
-		var againIdx []int
-		for _, we := range bwe.WriteErrors {
-			if we.Index < 0 || we.Index >= len(models) {
-				maps.Copy(failed, failAll(idx, werr))
-				return failed, first
-			}
-			i := idx[we.Index]
-			f := policy.Extract(mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}})[0]
-			switch {
-			case round < s.cfg.upsertRetries && policy.IsDuplicateKey(f):
-				again = append(again, models[we.Index])
-				againIdx = append(againIdx, i)
-			case refusesSubdocument(f.Code) && asBytes[i] == "":
-				// The server refused a sub-document this package took
-				// for storable: send the envelope again (once) with its
-				// documents as bytes.
-				asBytes[i] = fmt.Sprintf("refused by the server as a sub-document: %d %s", f.Code, f.CodeName)
-				m, merr := upsertModel(envs[i], asBytes[i])
-				if merr != nil {
-					failed[i] = merr
-					continue
-				}
-				again = append(again, m)
-				againIdx = append(againIdx, i)
-			default:
-				failed[i] = oneWriteError(envs[i].Fingerprint, we, bwe.Labels)
-			}
-		}
-		if len(again) == 0 {
-			return failed, first
-		}
-		models, idx = again, againIdx
-		if len(failed) == 0 {
-			first = nil // only races and refusals so far: the next round decides
-		}
-	}
-}
-
-// refusesSubdocument reports whether a write error code is a server's
-// refusal of a field name or shape in a stored document (mongodb/mongo
-// src/mongo/base/error_codes.yml: 2 BadValue, 52 DollarPrefixedFieldName,
-// 56 EmptyFieldName, 57 DottedFieldName; storage_validation.cpp).
-func refusesSubdocument(code int32) bool {
-	switch code {
-	case 2, 52, 56, 57:
-		return true
-	}
-	return false
-}
-
-func allIndexes(n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i
-	}
-	return out
-}
-
-// putInsertFirst stores prepared envelopes with one insert, then one
-// update of the recaptured ones (WithInsertFirst). It returns the indexes
-// (into envs) not stored, with why, and the error Put returns.
-func (s *MongoSink) putInsertFirst(ctx context.Context, envs []envelope.Envelope) (map[int]error, error) {
-	asBytes := make([]string, len(envs)) // a server's refusal of envs[i]'s sub-documents
-	docs := make([]bson.Raw, len(envs))
-	for i := range envs {
-		var err error
-		if docs[i], err = bson.Marshal(envelope.StoredFields(envs[i], "")); err != nil {
-			err = fmt.Errorf("dlq: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, err)
-			return failAll(allIndexes(len(envs)), err), err
-		}
-	}
-	pending := allIndexes(len(envs))
-	failed := map[int]error{}
-	var first error
-	for round := 0; ; round++ {
-		dups, ifailed, refused, err := s.insert(ctx, envs, asBytes, docs, pending)
-		maps.Copy(failed, ifailed)
-		first = cmpOr(first, err)
-		if len(refused) > 0 {
-			// Refused for a field name this package took for storable:
-			// inserted again (once) with the documents as bytes.
-			again := refused[:0:0]
-			for _, r := range refused {
-				i := r.index
-				asBytes[i] = fmt.Sprintf("refused by the server as a sub-document: %d %s", r.code, r.codeName)
-				var merr error
-				if docs[i], merr = bson.Marshal(envelope.StoredFields(envs[i], asBytes[i])); merr != nil {
-					failed[i] = fmt.Errorf("dlq: marshalling the envelope of fingerprint %s: %w", envs[i].Fingerprint, merr)
-					first = cmpOr(first, failed[i])
-					continue
-				}
-				again = append(again, r)
-			}
-			idx := make([]int, len(again))
-			for k, r := range again {
-				idx[k] = r.index
-			}
-			if len(idx) > 0 {
-				d2, f2, _, err := s.insert(ctx, envs, asBytes, docs, idx) // refused again: failed
-				maps.Copy(failed, f2)
-				first = cmpOr(first, err)
-				dups = append(dups, d2...)
-			}
-		}
-		if len(dups) == 0 {
-			return failed, first
-		}
-		missing, err := s.update(ctx, envs, dups)
-		if err != nil {
-			maps.Copy(failed, failAll(dups, err))
-			return failed, cmpOr(first, err)
-		}
-		if len(missing) == 0 {
-			return failed, first
-		}
-		if round >= s.cfg.upsertRetries {
-			err := fmt.Errorf("dlq: %d envelopes were inserted and deleted concurrently %d times; giving up", len(missing), round+1)
-			maps.Copy(failed, failAll(missing, err))
-			return failed, cmpOr(first, err)
-		}
-		pending = missing
-	}
-}
-
-// refusedInsert is an envelope whose insert the server refused for a
-// field name (refusesSubdocument) while its documents were stored as
-// sub-documents.
-type refusedInsert struct {
-	index    int // into docs
-	code     int32
-	codeName string
-}
-
-// insert inserts docs[i] for i in idx, unordered, and returns the indexes
-// (into docs) whose insert failed with a duplicate key, those that failed
-// otherwise with why, those refused for a field name that can be stored
-// as bytes instead, and the error Put returns for them.
-func (s *MongoSink) insert(ctx context.Context, envs []envelope.Envelope, asBytes []string, docs []bson.Raw, idx []int) ([]int, map[int]error, []refusedInsert, error) {
-	batch := make([]any, len(idx))
-	for k, i := range idx {
-		batch[k] = docs[i]
-	}
-	res, err := s.coll.InsertMany(ctx, batch, options.InsertMany().SetOrdered(false))
-	if err == nil {
-		if aerr := s.acked(res.Acknowledged); aerr != nil {
-			return nil, failAll(idx, aerr), nil, aerr
-		}
-		return nil, nil, nil, nil
-	}
-	werr := fmt.Errorf("dlq: storing %d envelopes: %w", len(idx), err)
-	var bwe mongo.BulkWriteException
-	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
-		return nil, failAll(idx, werr), nil, werr
-	}
-	dups := make([]int, 0, len(bwe.WriteErrors))
-	failed := map[int]error{}
-	var refused []refusedInsert
-	for _, we := range bwe.WriteErrors {
-		if we.Index < 0 || we.Index >= len(idx) {
-			return nil, failAll(idx, werr), nil, werr
-		}
-		i := idx[we.Index]
-		f := policy.Extract(mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{we}})[0]
-		switch {
-		case policy.IsDuplicateKey(f):
-			dups = append(dups, i)
-		case refusesSubdocument(f.Code) && asBytes[i] == "":
-			refused = append(refused, refusedInsert{index: i, code: f.Code, codeName: f.CodeName})
-		default:
-			failed[i] = oneWriteError(envs[i].Fingerprint, we, bwe.Labels)
-		}
-	}
-	if len(failed) == 0 {
-		werr = nil
-	}
-	return dups, failed, refused, werr
-}
-
-// update applies the recapture update to the envelopes envs[i], i in
-// idx, and returns those it found no envelope for.
-func (s *MongoSink) update(ctx context.Context, envs []envelope.Envelope, idx []int) ([]int, error) {
-	type key struct {
-		attempts int
-		lastSeen int64
-	}
-	groups := map[key][]string{}
-	var order []key
-	for _, i := range idx {
-		k := key{envs[i].Attempts, envs[i].LastSeen.UnixMilli()}
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
-		}
-		groups[k] = append(groups[k], envs[i].Fingerprint)
-	}
-	models := make([]mongo.WriteModel, 0, len(order))
-	for _, k := range order {
-		models = append(models, mongo.NewUpdateManyModel().
-			SetFilter(bson.D{{Key: "fingerprint", Value: bson.D{{Key: "$in", Value: groups[k]}}}}).
-			SetUpdate(envelope.RecaptureUpdate(k.attempts, time.UnixMilli(k.lastSeen).UTC())))
-	}
-	res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
-	if err != nil {
-		return nil, fmt.Errorf("dlq: updating %d recaptured envelopes: %w", len(idx), err)
-	}
-	if err := s.acked(res.Acknowledged); err != nil {
-		return nil, err
-	}
-	if res.MatchedCount >= int64(len(idx)) {
-		return nil, nil
-	}
-	// Some envelopes are gone since their insert failed: find which.
-	fps := make([]string, len(idx))
-	for k, i := range idx {
-		fps[k] = envs[i].Fingerprint
-	}
-	cur, err := s.coll.Find(ctx, bson.D{{Key: "fingerprint", Value: bson.D{{Key: "$in", Value: fps}}}},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 0}, {Key: "fingerprint", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("dlq: checking %d recaptured envelopes: %w", len(idx), err)
-	}
-	var found []struct {
-		Fingerprint string `bson:"fingerprint"`
-	}
-	if err := cur.All(ctx, &found); err != nil {
-		return nil, fmt.Errorf("dlq: checking %d recaptured envelopes: %w", len(idx), err)
-	}
-	there := make(map[string]bool, len(found))
-	for _, f := range found {
-		there[f.Fingerprint] = true
-	}
-	var missing []int
-	for _, i := range idx {
-		if !there[envs[i].Fingerprint] {
-			missing = append(missing, i)
-		}
-	}
-	return missing, nil
-}
-
 // lock takes the stripe locks of envs' fingerprints, in ascending order,
 // and returns the function that releases them.
 func (s *MongoSink) lock(envs []envelope.Envelope) func() {
@@ -670,26 +370,12 @@ func mergeByFingerprint(envs []envelope.Envelope) []envelope.Envelope {
 	return out
 }
 
-// upsertModel returns the upsert of one prepared envelope (asBytes: see
-// InsertFields).
-func upsertModel(env envelope.Envelope, asBytes string) (mongo.WriteModel, error) {
-	soi, err := bson.Marshal(envelope.InsertFields(env, asBytes))
-	if err != nil {
-		return nil, fmt.Errorf("dlq: marshalling the envelope of fingerprint %s: %w", env.Fingerprint, err)
-	}
-	update := append(bson.D{{Key: "$setOnInsert", Value: bson.Raw(soi)}}, envelope.RecaptureUpdate(env.Attempts, env.LastSeen)...)
-	return mongo.NewUpdateOneModel().
-		SetFilter(bson.D{{Key: "fingerprint", Value: env.Fingerprint}}).
-		SetUpdate(update).
-		SetUpsert(true), nil
-}
-
 // StoredDocument returns env as a MongoSink with opts stores it for a
 // first capture (after the defaults, the protection and redaction of
-// opts, and the size limit: PrepareStored): fingerprint, the Envelope's
+// opts, and the size limit: envelope.PrepareStored): fingerprint, the envelope's
 // fields, attempts, last_seen and status, as one document without the _id
 // the server assigns. For tests and tools. It returns the options' errors
-// (joined), Protect's, or the marshalling error.
+// (joined), envelope.Protect's, or the marshalling error.
 func StoredDocument(env envelope.Envelope, opts ...SinkOption) (bson.Raw, error) {
 	cfg := newSinkConfig(opts)
 	if err := cfg.err(); err != nil {

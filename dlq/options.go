@@ -29,7 +29,7 @@ type sinkOptionFunc func(*sinkConfig)
 func (f sinkOptionFunc) apply(c *sinkConfig) { f(c) }
 
 type sinkConfig struct {
-	// protection is what the sinks hand to Protect: WithRedact,
+	// protection is what the sinks hand to envelope.Protect: WithRedact,
 	// WithRedactErrInfo, WithFingerprintKey, WithEncryptedPaths,
 	// WithPlaintextEncryptedFields.
 	protection    envelope.Protection
@@ -63,8 +63,8 @@ func (c *sinkConfig) err() error { return errors.Join(c.errs...) }
 // empty document.
 //
 // An envelope whose original the hook changed gets a fingerprint that
-// lets no reader confirm a guess of the removed values: SchemeKeyed with
-// WithFingerprintKey, else SchemeStored (see their cost to dedupe). It is
+// lets no reader confirm a guess of the removed values: envelope.SchemeKeyed with
+// WithFingerprintKey, else envelope.SchemeStored (see their cost to dedupe). It is
 // stored with
 // original_redacted: true, and a replay skips it unless told otherwise
 // (its original is no longer the rejected payload).
@@ -109,9 +109,9 @@ func WithInsertFirst() SinkOption {
 // HMAC-SHA256 key length RFC 2104 section 3 recommends: the output size).
 const minFingerprintKey = 32
 
-// WithFingerprintKey sets the key of the SchemeKeyed fingerprint of the
+// WithFingerprintKey sets the key of the envelope.SchemeKeyed fingerprint of the
 // envelopes with withheld or redacted fields (at least 32 bytes; shorter
-// is an error). Without it they get SchemeStored. The sink keeps its own
+// is an error). Without it they get envelope.SchemeStored. The sink keeps its own
 // copy of key.
 func WithFingerprintKey(key []byte) SinkOption {
 	return sinkOptionFunc(func(c *sinkConfig) {
@@ -125,7 +125,7 @@ func WithFingerprintKey(key []byte) SinkOption {
 
 // WithEncryptedPaths names, for the target namespace ("db.coll"), the
 // dotted paths that the collection's schema marks encrypt (see
-// EncryptPaths): they are withheld from every envelope of that namespace
+// envelope.EncryptPaths): they are withheld from every envelope of that namespace
 // even when errInfo does not name them (servers before 5.0 send no
 // errInfo; a large errInfo is cut by the server). Options for several
 // namespaces add up.
