@@ -101,13 +101,42 @@ func Discard(ctx context.Context, coll *mongo.Collection, f dlq.Filter, opts ...
 // discarded, and releases its leases. It returns the count marked and the
 // _ids of the envelopes held by a replay.
 func (r *runner) discardBatch(ctx context.Context, q bson.D, ids []bson.RawValue) (int64, []bson.RawValue, error) {
+	won, busy, now, err := r.claimForDiscard(ctx, ids)
+	if err != nil || len(won) == 0 {
+		return 0, busy, err
+	}
+	defer r.release(ctx, leaseIDs(won))
+	in := bson.A{}
+	for _, l := range won {
+		in = append(in, l.EnvelopeID)
+	}
+	var n int64
+	err = retry(ctx, func() error {
+		res, err := r.dlq.UpdateMany(ctx, bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: envelope.StatusDiscarded}, {Key: "discarded_at", Value: now}}}},
+			options.UpdateMany())
+		if err == nil {
+			n = res.ModifiedCount
+		}
+		return err
+	})
+	if err != nil {
+		return 0, busy, fmt.Errorf("replay: discard: %w", err)
+	}
+	return n, busy, nil
+}
+
+// claimForDiscard takes a lease on each envelope of ids that no live
+// lease holds, and returns the leases it won, the _ids of the envelopes
+// held by another (a replay, say), and the time of the claim.
+func (r *runner) claimForDiscard(ctx context.Context, ids []bson.RawValue) ([]Lease, []bson.RawValue, time.Time, error) {
 	keys := make([]string, len(ids))
 	for i, id := range ids {
 		keys[i] = leaseKey(id)
 	}
 	states, err := r.leaseStates(ctx, keys)
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, time.Time{}, err
 	}
 	now := r.cfg.now().UTC().Truncate(time.Millisecond)
 	var docs []any
@@ -129,35 +158,16 @@ func (r *runner) discardBatch(ctx context.Context, q bson.D, ids []bson.RawValue
 	}
 	won, _, err := r.insertLeases(ctx, docs, tried)
 	if err != nil {
-		return 0, busy, err
+		return nil, busy, now, err
 	}
 	wonKey := map[string]bool{}
-	in := bson.A{}
 	for _, l := range won {
 		wonKey[l.Key] = true
-		in = append(in, l.EnvelopeID)
 	}
 	for _, l := range tried {
 		if !wonKey[l.Key] {
 			busy = append(busy, l.EnvelopeID)
 		}
 	}
-	if len(won) == 0 {
-		return 0, busy, nil
-	}
-	defer r.release(ctx, leaseIDs(won))
-	var n int64
-	err = retry(ctx, func() error {
-		res, err := r.dlq.UpdateMany(ctx, bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}}}}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: envelope.StatusDiscarded}, {Key: "discarded_at", Value: now}}}},
-			options.UpdateMany())
-		if err == nil {
-			n = res.ModifiedCount
-		}
-		return err
-	})
-	if err != nil {
-		return 0, busy, fmt.Errorf("replay: discard: %w", err)
-	}
-	return n, busy, nil
+	return won, busy, now, nil
 }
