@@ -61,8 +61,8 @@ var ErrBadFilter = errors.New("dlq: bad filter")
 // Validate checks f and returns an error wrapping ErrBadFilter that names
 // the first bad value: an empty keyword, path, namespace or fingerprint,
 // a fingerprint that is not 64 lowercase hex digits, a status other than
-// pending, replayed, discarded and quarantined, a code ≤ 0, a negative OlderThan or
-// NewerThan, or bounds that select no instant at all (FirstSeenAfter not
+// pending, replayed, discarded and quarantined, a code ≤ 0, a negative
+// OlderThan or NewerThan, or bounds that select no instant at all (FirstSeenAfter not
 // before FirstSeenBefore, NewerThan not longer than OlderThan).
 func (f Filter) Validate() error {
 	bad := func(format string, args ...any) error {

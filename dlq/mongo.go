@@ -49,8 +49,8 @@ import (
 // (StoredDocument; first captures, milliseconds: 1,000 in about 0.1 s),
 // then, for the inserts that failed with 11000 (recaptures), one bulk
 // write of updateMany {fingerprint: {$in: [...]}} statements, one per
-// distinct (attempts, last_seen) pair, each applying envelope.RecaptureUpdate (200
-// recaptures into a DLQ of 1,000: about 2.3 s on FerretDB, which scans
+// distinct (attempts, last_seen) pair, each applying
+// envelope.RecaptureUpdate (200 recaptures into a DLQ of 1,000: about 2.3 s on FerretDB, which scans
 // once per updated document). The stored result is the same; on MongoDB
 // both modes are index lookups, insert-first costing a second round trip
 // when a Put holds recaptures.
@@ -103,8 +103,8 @@ import (
 // # Size
 //
 // The stored envelope must fit MongoDB's 16 MiB document limit
-// (envelope.MaxBSONSize) with envelope.EnvelopeHeadroom to spare. When it would not, Put
-// does not fail and does not drop the payload: an errInfo over a quarter
+// (envelope.MaxBSONSize) with envelope.EnvelopeHeadroom to spare. When
+// it would not, Put does not fail and does not drop the payload: an errInfo over a quarter
 // of that is replaced by {writeguard_truncated: true, size,
 // failingDocumentId} (failing_keywords and failing_paths, derived from the
 // full errInfo, are kept); then the original is cut to the top-level
@@ -223,8 +223,8 @@ func (s *MongoSink) Put(ctx context.Context, envs []envelope.Envelope) error {
 	return err
 }
 
-// PutEach is Put reporting per envelope (see envelope.PartialSink): entry i is nil
-// when envs[i] is stored (its envelope, merged with the others of its
+// PutEach is Put reporting per envelope (see envelope.PartialSink): entry
+// i is nil when envs[i] is stored (its envelope, merged with the others of its
 // fingerprint, was inserted or updated), and otherwise the reason, a
 // mongo.BulkWriteException holding only that envelope's write error when
 // the server refused it. An envelope the redaction hooks made invalid

@@ -63,10 +63,10 @@ func (c *sinkConfig) err() error { return errors.Join(c.errs...) }
 // empty document.
 //
 // An envelope whose original the hook changed gets a fingerprint that
-// lets no reader confirm a guess of the removed values: envelope.SchemeKeyed with
-// WithFingerprintKey, else envelope.SchemeStored (see their cost to dedupe). It is
-// stored with
-// original_redacted: true, and a replay skips it unless told otherwise
+// lets no reader confirm a guess of the removed values:
+// envelope.SchemeKeyed with WithFingerprintKey, else envelope.SchemeStored
+// (see their cost to dedupe). It is stored with original_redacted: true,
+// and a replay skips it unless told otherwise
 // (its original is no longer the rejected payload).
 //
 // The hook does not touch err_info, whose consideredValue fields can hold

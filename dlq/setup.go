@@ -225,8 +225,8 @@ func WithoutStatusIndex() SetupOption {
 // Validator returns the validator EnsureCollection gives the dead-letter
 // collection: a $jsonSchema requiring the envelope's core fields with
 // their BSON types, and the original either as a sub-document (original)
-// or as its exact bytes (original_raw, binary). It is applied with validationLevel "moderate" and
-// validationAction "warn": the server logs a non-conforming envelope but
+// or as its exact bytes (original_raw, binary). It is applied with
+// validationLevel "moderate" and validationAction "warn": the server logs a non-conforming envelope but
 // stores it (a dead-letter collection must never reject), and documents
 // that were already invalid are not checked on update.
 func Validator() bson.D {

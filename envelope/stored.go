@@ -276,8 +276,8 @@ func StoredFields(env Envelope, asBytes string) bson.D {
 }
 
 // RecaptureUpdate is the update dlq.MongoSink applies to the stored
-// envelope of a payload captured again: {$inc: {attempts}, $max: {last_seen}, $set:
-// {status: "pending"}}.
+// envelope of a payload captured again: {$inc: {attempts}, $max:
+// {last_seen}, $set: {status: "pending"}}.
 func RecaptureUpdate(attempts int, lastSeen time.Time) bson.D {
 	return bson.D{
 		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: int32(attempts)}}},

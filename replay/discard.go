@@ -30,12 +30,13 @@ type DiscardResult struct {
 // enough for its one update.
 const discardLease = time.Minute
 
-// Discard marks the envelopes of the dead-letter collection coll that f selects (pending ones when f
-// lists no status) as given up, as dlq.Discard does, but agreeing
-// with the replays that may be running: it claims each envelope with a
-// lease in the lease collection (the DLQ's name + LeaseCollectionSuffix,
-// or WithLeaseCollection; WithBatchSize sets how many per claim), and
-// marks only the envelopes it claimed. An envelope a replay holds is not
+// Discard marks the envelopes of the dead-letter collection coll that f
+// selects (pending ones when f lists no status) as given up, as
+// dlq.Discard does, but agreeing with the replays that may be running:
+// it claims each envelope with a lease in the lease collection (the
+// DLQ's name + LeaseCollectionSuffix, or WithLeaseCollection;
+// WithBatchSize sets how many per claim), and marks only the envelopes
+// it claimed. An envelope a replay holds is not
 // discarded but counted Busy: the replay writes it or records why not,
 // and the operator sees that the discard did not take. A replay that
 // claims an envelope after Discard marked it no longer selects it. So of

@@ -877,7 +877,7 @@ func truthProblems(rows []Row, out []rowOutcome, inTarget map[string]int, expect
 	return problems
 }
 
-// SetupSummary is a one-line form of an EnsureCollection report:
+// SetupSummary is a one-line form of a dlq.EnsureCollection report:
 // "collection applied, validator unsupported (238), ...".
 func SetupSummary(rep dlq.SetupReport) string {
 	parts := make([]string, 0, len(rep.Features))
