@@ -15,6 +15,11 @@ import (
 	"github.com/writeguard/writeguard/envelope"
 )
 
+// The format as the sinks of package dlq store it: protection
+// (withholding, redaction, the fingerprint schemes) and the exact bytes of
+// the JSON-lines form. External tests, so that they may import dlq; the
+// fixtures are this package's (export_test.go).
+
 // TestRedact: the hook's output is stored and flagged; the fingerprint
 // stays the unredacted payload's; a no-op hook flags nothing; a hook
 // returning invalid BSON fails the Put rather than store the original; a
