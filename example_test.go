@@ -29,7 +29,7 @@ func ExampleWrap() {
 	db := client.Database("shop")
 	orders, err := writeguard.Wrap(db.Collection("orders"),
 		writeguard.WithDeadLetter(envelope.SinkFunc(func(ctx context.Context, envs []envelope.Envelope) error {
-			// A real program stores these (see the envelope package).
+			// A real program stores these (see package dlq: MongoSink).
 			return nil
 		})),
 	)

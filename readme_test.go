@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
-	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/dlq"
 )
 
 // readmeUsage holds the README's usage snippet ("Use it in your code")
@@ -22,11 +22,11 @@ func readmeUsage(ctx context.Context, uri string, docs []any) error {
 	client, _ := mongo.Connect(options.Client().ApplyURI(uri))
 	db := client.Database("shop")
 	// The dead-letter collection: permissive validator, TTL, unique fingerprint.
-	if _, err := envelope.EnsureCollection(ctx, db, "orders_dlq"); err != nil {
+	if _, err := dlq.EnsureCollection(ctx, db, "orders_dlq"); err != nil {
 		return err
 	}
 	orders, err := writeguard.Wrap(db.Collection("orders"),
-		writeguard.WithDeadLetter(envelope.NewMongoSink(db.Collection("orders_dlq"))), // where 121 documents go
+		writeguard.WithDeadLetter(dlq.NewMongoSink(db.Collection("orders_dlq"))), // where 121 documents go
 		writeguard.WithConflictHandler(writeguard.ConflictSkip()),
 	)
 	if err != nil {

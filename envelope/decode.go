@@ -18,7 +18,7 @@ import (
 // the field, never the field's value (an envelope holds users' data).
 //
 // Such an envelope is data, not a failure of the reader: Decode returns
-// this error for it alone, Stats counts it, and the writeguard command
+// this error for it alone, dlq.Stats counts it, and the writeguard command
 // lists, shows and discards it.
 type DecodeError struct {
 	// ID is the envelope's _id (Type 0 when it has none).
@@ -93,7 +93,7 @@ func IDString(id bson.RawValue) string {
 }
 
 // Decode decodes a stored envelope (a document of the dead-letter
-// collection, as MongoSink writes it). A document whose field has the
+// collection, as dlq.MongoSink writes it). A document whose field has the
 // wrong BSON type, or that is not valid BSON, gives a *DecodeError naming
 // its _id and the field (the first such field in document order); the
 // other envelopes of a batch are not affected. An envelope without an
@@ -103,7 +103,7 @@ func IDString(id bson.RawValue) string {
 // exact bytes (original_raw, ...) are read back into Original, ErrInfo
 // and CallOptions.
 func Decode(raw bson.Raw) (Envelope, error) {
-	env, err := decode(raw)
+	env, err := DecodeProjected(raw)
 	if err != nil {
 		return env, err
 	}
@@ -113,9 +113,11 @@ func Decode(raw bson.Raw) (Envelope, error) {
 	return env, nil
 }
 
-// decode is Decode without the check for an original (for projections
-// without it).
-func decode(raw bson.Raw) (Envelope, error) {
+// DecodeProjected is Decode without the check for an original: it decodes
+// a projection of a stored envelope that leaves the original out (as
+// dlq.Stats reads the envelopes it counts), with the same *DecodeError
+// for a field of the wrong type or a document that is not valid BSON.
+func DecodeProjected(raw bson.Raw) (Envelope, error) {
 	var env Envelope
 	if err := raw.Validate(); err != nil {
 		return Envelope{}, decodeFailure(raw, err)
@@ -146,7 +148,7 @@ func decodeFailure(raw bson.Raw, err error) error {
 // checkOriginal returns a *DecodeError when raw holds no original in
 // either stored form (ErrMissingOriginal), or one of the wrong type
 // (ErrWrongType: original not an embedded document, original_raw not
-// binary): the same test as Stats' query (hasOriginal), so that every
+// binary): the same test as dlq.Stats' query, so that every
 // command counts the same envelopes undecodable.
 func checkOriginal(raw bson.Raw) error {
 	id, _ := raw.LookupErr("_id")

@@ -118,3 +118,9 @@ func TestDecodeOriginalOfTheWrongType(t *testing.T) {
 		}
 	}
 }
+
+func rawValue(tb testing.TB, v any) bson.RawValue {
+	tb.Helper()
+	doc := mustMarshal(tb, bson.D{{Key: "v", Value: v}})
+	return doc.Lookup("v")
+}

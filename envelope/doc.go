@@ -1,24 +1,19 @@
-// Package envelope builds and stores dead-letter envelopes: when a guarded
-// write is rejected with code 121 (DocumentValidationFailure), the rejected
+// Package envelope is the dead-letter format: when a guarded write is
+// rejected with code 121 (DocumentValidationFailure), the rejected
 // document is kept, verbatim, in an Envelope together with the server's
 // errInfo, the failing JSON Schema keywords and query operators
 // (FailingKeywords), the dotted paths they name (FailingPaths), and a
 // Fingerprint of the payload that makes a recapture of the same payload
 // update one record instead of adding another. Envelopes are handed to a
-// Sink (the Sink interface).
+// Sink (the Sink interface; PartialSink and PutEach say which envelopes of
+// a Put were stored).
 //
-// # The dead-letter collection
-//
-// EnsureCollection creates the dead-letter collection (DLQ) with a
-// permissive validator, a TTL index on last_seen, a unique index on
-// fingerprint and an index for replays, reporting for each whether it was
-// applied, already there, or unsupported by the server (FerretDB: no
-// validators, no TTL). MongoSink stores envelopes there, one bulk write
-// per Put, merging recaptures of a payload into one envelope (attempts,
-// last_seen, status back to pending); WithRedact strips fields first, and
-// envelopes over 16 MiB are cut (diagnostics first, the original last),
-// never dropped. FileSink appends them to a JSON Lines file, the fallback when
-// the DLQ cannot be written; ReadFile loads it back.
+// The package does no I/O: it builds, protects, encodes and decodes
+// envelopes. The dead-letter collection that stores them (dlq.MongoSink,
+// the fallback dlq.FileSink, dlq.EnsureCollection, dlq.Stats,
+// dlq.Filter, dlq.Discard) is package dlq; the write path (the root
+// package and internal/engine) uses only this one, and .ci/run checks
+// that it imports no dlq and opens no file or collection.
 //
 // # The envelope format (SchemaVersion 2)
 //
@@ -31,40 +26,36 @@
 // bypassDocumentValidation, let, comment). ParseModel rebuilds the model
 // so that the driver sends the same statement bytes.
 //
-// Both sinks then protect and fit it: fields the server refused because
-// the schema says they must be encrypted (errInfo operatorName "encrypt",
-// or paths configured with WithEncryptedPaths) are withheld, not stored
-// (Withheld, WithheldNote); the fingerprint of an envelope with withheld
-// or redacted fields is of a scheme that confirms no guess of them
-// (SchemeStored, or SchemeKeyed with WithFingerprintKey); a document the
-// server could not store as a sub-document (dotted, "$"-prefixed or
-// duplicated keys, ...) is kept as its exact bytes in <field>_raw
-// (Binary); and an envelope over 16 MiB gives up its diagnostics before
-// its original (Cut). Decode reads every format back.
+// Before a sink stores an envelope, Protect applies a Protection: fields
+// the server refused because the schema says they must be encrypted
+// (errInfo operatorName "encrypt", or Protection.EncryptedPaths) are
+// withheld, not stored (Withheld, WithheldNote); the redaction hooks
+// rewrite the original and errInfo; the fingerprint of an envelope with
+// withheld or redacted fields is of a scheme that confirms no guess of
+// them (SchemeStored, or SchemeKeyed with Protection.FingerprintKey).
+// Package dlq builds the Protection from its sink options.
 //
-// What each sink confirms (a nil error from Put, a nil entry from
-// PutEach) it can give back:
+// # The stored form and the JSON-lines form
 //
-//	sink       confirms an envelope when                    after a failure
-//	FileSink   its line was written whole and fsynced     a torn last line is ended before the
-//	                                                        next line; ReadFile skips and reports it
-//	MongoSink  the server acknowledged its statement       the lost unique fingerprint index is
-//	           (w ≥ 1) with the unique fingerprint index    re-established before storing, or nothing
-//	           in place                                     is stored (ErrIndexMissing)
+// PrepareStored readies an envelope for the dead-letter collection
+// (defaults, Protect, and a cut to MaxEnvelopeSize: diagnostics before the
+// original, listed in Cut); StoredFields and InsertFields are the
+// document stored for a first capture and the fields a recapture leaves
+// alone, RecaptureUpdate what a recapture changes, StoredDocument the
+// whole for tests and tools. A document the server could not store as a
+// sub-document (dotted, "$"-prefixed or duplicated keys, ...) is kept as
+// its exact bytes in <field>_raw (Binary). Decode reads every format
+// back.
 //
-// PartialSink (both sinks) reports a gathered Put per envelope, and the
-// function PutEach calls it when a sink has it, so that the envelopes a
-// sink stored count as stored even when others of the same Put were not.
+// MarshalLine and UnmarshalLine are the JSON-lines form (one envelope per
+// line, canonical Extended JSON plus exact bytes where JSON would change
+// them), which dlq.FileSink writes; ReadLines reads it from any reader,
+// skipping and reporting broken lines (LineError).
 //
 // Decode reads a stored envelope; one that cannot be decoded (a field of
 // the wrong type) is a *DecodeError naming its _id and the field, never
-// the value: Stats counts such envelopes apart, DiscardIDs takes them out
-// of the way.
-//
-// Filter selects envelopes (by keyword, path, code, namespace, status,
-// age) for Stats, which summarises a backlog, for Discard, which gives
-// envelopes up, and for package replay, which writes them to their target
-// once the cause is fixed.
+// the value: dlq.Stats counts such envelopes apart, dlq.DiscardIDs takes
+// them out of the way.
 //
 // # errInfo analysis
 //

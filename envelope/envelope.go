@@ -42,7 +42,7 @@ var Statuses = []string{StatusPending, StatusReplayed, StatusDiscarded, StatusQu
 
 // Envelope is one dead-lettered document or write model, as stored in the
 // dead-letter collection. Field names (bson tags) are the stored names
-// (the collection's validator, Validator, checks the core ones); they are
+// (the collection's validator, dlq.Validator, checks the core ones); they are
 // part of the stored format and do not change within a SchemaVersion.
 type Envelope struct {
 	// SchemaVersion is the layout version (SchemaVersion); 0 for an
@@ -73,7 +73,7 @@ type Envelope struct {
 	// $-prefixed key, a duplicated key, ...). Set by the sink.
 	Binary []BinaryField `bson:"binary,omitempty" json:"binary,omitempty"`
 	// Withheld lists the fields of Original that are not stored because
-	// the server refused them for not being encrypted (see WithWithheld);
+	// the server refused them for not being encrypted (see Protect);
 	// a replay refuses to write the envelope unless the caller supplies
 	// them.
 	Withheld []WithheldField `bson:"withheld,omitempty" json:"withheld,omitempty"`
@@ -84,7 +84,7 @@ type Envelope struct {
 	// cut (diagnostics before the original).
 	Cut []CutField `bson:"cut,omitempty" json:"cut,omitempty"`
 	// OriginalTruncated is true when Original was cut to fit the 16 MiB
-	// BSON limit together with the envelope's own fields (see MongoSink):
+	// BSON limit together with the envelope's own fields (see MaxEnvelopeSize):
 	// it then holds only the top-level fields that fit, and cannot be
 	// replayed.
 	OriginalTruncated bool `bson:"original_truncated,omitempty" json:"original_truncated,omitempty"`
@@ -95,7 +95,7 @@ type Envelope struct {
 	// document order (at most 100 names; set only when OriginalTruncated
 	// is true).
 	OriginalDropped []string `bson:"original_dropped,omitempty" json:"original_dropped,omitempty"`
-	// OriginalRedacted is true when a redaction hook (WithRedact) changed
+	// OriginalRedacted is true when a redaction hook (Protection.Redact) changed
 	// Original before it was stored: the stored original is not the
 	// payload that was rejected, and a replay skips it unless told
 	// otherwise. Fingerprint is then of a scheme that hides what was
@@ -148,17 +148,13 @@ type Envelope struct {
 	ReplayRun string `bson:"replay_run,omitempty" json:"replay_run,omitempty"`
 	// ReplayTriedAt is when that run tried it; zero before any replay.
 	ReplayTriedAt time.Time `bson:"replay_tried_at,omitempty" json:"replay_tried_at,omitzero"`
-	// DiscardedAt is when Discard gave the envelope up (status discarded);
+	// DiscardedAt is when dlq.Discard gave the envelope up (status discarded);
 	// zero otherwise.
 	DiscardedAt time.Time `bson:"discarded_at,omitempty" json:"discarded_at,omitzero"`
 	// TraceID and SpanID identify the span of the write that dead-lettered
 	// the payload, when there was one (hex, W3C trace context).
 	TraceID string `bson:"trace_id,omitempty" json:"trace_id,omitempty"`
 	SpanID  string `bson:"span_id,omitempty" json:"span_id,omitempty"`
-
-	// refused is a server's refusal of this envelope's sub-documents
-	// (MongoSink stores it again with them as bytes); not stored.
-	refused string
 }
 
 // BinaryField is one entry of Envelope.Binary.
@@ -177,7 +173,7 @@ type WithheldField struct {
 	Path string `bson:"path" json:"path"`
 	// Reason says why: "encrypt" (errInfo's operatorName: the server
 	// refused it for not being encrypted) or "schema encrypt" (the
-	// collection's schema marks it encrypt; see WithEncryptedPaths).
+	// collection's schema marks it encrypt; see Protection.EncryptedPaths).
 	Reason string `bson:"reason" json:"reason"`
 }
 

@@ -561,12 +561,17 @@ func (it *elemIter) next() (key []byte, t bson.Type, val []byte, ok bool) {
 // false for an unknown type, a missing length prefix or an impossible
 // length.
 func valueLength(src []byte, t bson.Type) (int64, bool) {
-	readLen := func() (int64, bool) {
-		if len(src) < 4 {
-			return 0, false
-		}
-		return int64(int32(binary.LittleEndian.Uint32(src))), true
+	if n, ok := fixedLength(t); ok {
+		return n, true
 	}
+	if t == bson.TypeRegex {
+		return regexLength(src)
+	}
+	return prefixedLength(src, t)
+}
+
+// fixedLength returns the length of a value of a type of fixed size.
+func fixedLength(t bson.Type) (int64, bool) {
 	switch t {
 	case bson.TypeDouble, bson.TypeDateTime, bson.TypeInt64, bson.TypeTimestamp:
 		return 8, true
@@ -580,47 +585,51 @@ func valueLength(src []byte, t bson.Type) (int64, bool) {
 		return 1, true
 	case bson.TypeUndefined, bson.TypeNull, bson.TypeMinKey, bson.TypeMaxKey:
 		return 0, true
-	case bson.TypeString, bson.TypeJavaScript, bson.TypeSymbol:
-		n, ok := readLen()
-		if !ok || n < 1 {
-			return 0, false
-		}
-		return 4 + n, true
-	case bson.TypeEmbeddedDocument, bson.TypeArray:
-		n, ok := readLen()
-		if !ok || n < 5 {
-			return 0, false
-		}
-		return n, true
-	case bson.TypeCodeWithScope:
-		n, ok := readLen()
-		if !ok || n < 14 {
-			return 0, false
-		}
-		return n, true
-	case bson.TypeBinary:
-		n, ok := readLen()
-		if !ok || n < 0 {
-			return 0, false
-		}
-		return 4 + 1 + n, true
-	case bson.TypeDBPointer:
-		n, ok := readLen()
-		if !ok || n < 1 {
-			return 0, false
-		}
-		return 4 + n + 12, true
-	case bson.TypeRegex:
-		// Two cstrings: pattern and options.
-		i := bytes.IndexByte(src, 0x00)
-		if i < 0 {
-			return 0, false
-		}
-		j := bytes.IndexByte(src[i+1:], 0x00)
-		if j < 0 {
-			return 0, false
-		}
-		return int64(i + 1 + j + 1), true
 	}
 	return 0, false
+}
+
+// prefixedLength returns the length of a value that starts with an int32
+// length: a string (the length counts its NUL), a document or an array
+// (the length counts itself), a code-with-scope value, binary data (the
+// length of the data, after which the subtype byte), a DBPointer (a
+// string, then 12 bytes).
+func prefixedLength(src []byte, t bson.Type) (int64, bool) {
+	if len(src) < 4 {
+		return 0, false
+	}
+	n := int64(int32(binary.LittleEndian.Uint32(src)))
+	var size, least int64 // the value's size, and the least n can be
+	switch t {
+	case bson.TypeString, bson.TypeJavaScript, bson.TypeSymbol:
+		size, least = 4+n, 1
+	case bson.TypeEmbeddedDocument, bson.TypeArray:
+		size, least = n, 5
+	case bson.TypeCodeWithScope:
+		size, least = n, 14
+	case bson.TypeBinary:
+		size, least = 4+1+n, 0
+	case bson.TypeDBPointer:
+		size, least = 4+n+12, 1
+	default:
+		return 0, false
+	}
+	if n < least {
+		return 0, false
+	}
+	return size, true
+}
+
+// regexLength returns the length of a regular expression: two cstrings,
+// the pattern and the options.
+func regexLength(src []byte) (int64, bool) {
+	i := bytes.IndexByte(src, 0x00)
+	if i < 0 {
+		return 0, false
+	}
+	j := bytes.IndexByte(src[i+1:], 0x00)
+	if j < 0 {
+		return 0, false
+	}
+	return int64(i + 1 + j + 1), true
 }

@@ -9,6 +9,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 )
 
@@ -23,7 +24,7 @@ func ExamplePutEach() {
 		return
 	}
 	defer os.RemoveAll(dir)
-	sink, err := envelope.NewFileSink(filepath.Join(dir, "dlq.jsonl"))
+	sink, err := dlq.NewFileSink(filepath.Join(dir, "dlq.jsonl"))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -38,7 +39,7 @@ func ExamplePutEach() {
 	for i, err := range envelope.PutEach(context.Background(), sink, envs) {
 		fmt.Printf("envelope %d stored: %v\n", i, err == nil)
 	}
-	back, err := envelope.ReadFile(sink.Path())
+	back, err := dlq.ReadFile(sink.Path())
 	var le *envelope.LineError
 	fmt.Println(len(back), "envelope read back; broken lines:", errors.As(err, &le))
 	// Output:

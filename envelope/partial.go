@@ -17,7 +17,7 @@ import (
 // back. A slice of another length is treated as the failure of every
 // envelope (PutEach, the function, says so).
 //
-// FileSink and MongoSink implement it.
+// dlq.FileSink and dlq.MongoSink implement it.
 type PartialSink interface {
 	Sink
 	PutEach(ctx context.Context, envs []Envelope) []error

@@ -30,8 +30,9 @@ const (
 	// values (and share their _id) are one envelope, and a recapture of a
 	// payload whose _id writeguard assigned is a new envelope.
 	SchemeStored = "sha256-stored"
-	// SchemeKeyed: HMAC-SHA256, keyed with WithFingerprintKey, of the
-	// canonical unredacted original (Fingerprint's form). Used when
+	// SchemeKeyed: HMAC-SHA256, keyed with Protection.FingerprintKey
+	// (dlq.WithFingerprintKey), of the canonical unredacted original
+	// (Fingerprint's form). Used when
 	// something was hidden and a key is configured: dedupe is exact, as
 	// for SchemeCanonical, and without the key a guess cannot be checked.
 	// The key lives with the application (its secret store), never in the
@@ -39,51 +40,6 @@ const (
 	// recaptures after a key change make new envelopes.
 	SchemeKeyed = "hmac-sha256"
 )
-
-// minFingerprintKey is the shortest key WithFingerprintKey takes (the
-// HMAC-SHA256 key length RFC 2104 section 3 recommends: the output size).
-const minFingerprintKey = 32
-
-// WithFingerprintKey sets the key of the SchemeKeyed fingerprint of the
-// envelopes with withheld or redacted fields (at least 32 bytes; shorter
-// is an error). Without it they get SchemeStored. The sink keeps its own
-// copy of key.
-func WithFingerprintKey(key []byte) SinkOption {
-	return sinkOptionFunc(func(c *sinkConfig) {
-		if len(key) < minFingerprintKey {
-			c.errs = append(c.errs, fmt.Errorf("envelope: WithFingerprintKey: %d bytes; want at least %d", len(key), minFingerprintKey))
-			return
-		}
-		c.fpKey = append([]byte(nil), key...)
-	})
-}
-
-// WithEncryptedPaths names, for the target namespace ("db.coll"), the
-// dotted paths that the collection's schema marks encrypt (see
-// EncryptPaths): they are withheld from every envelope of that namespace
-// even when errInfo does not name them (servers before 5.0 send no
-// errInfo; a large errInfo is cut by the server). Options for several
-// namespaces add up.
-func WithEncryptedPaths(namespace string, paths ...string) SinkOption {
-	return sinkOptionFunc(func(c *sinkConfig) {
-		if namespace == "" || slices.Contains(paths, "") {
-			c.errs = append(c.errs, fmt.Errorf("envelope: WithEncryptedPaths(%q, %q): empty namespace or path", namespace, paths))
-			return
-		}
-		if c.encrypted == nil {
-			c.encrypted = map[string][]string{}
-		}
-		c.encrypted[namespace] = append(c.encrypted[namespace], paths...)
-	})
-}
-
-// WithPlaintextEncryptedFields turns withholding off: the fields the
-// server refused for not being encrypted are stored in plaintext like the
-// rest of the original. Only for a dead-letter collection that is itself
-// protected as the target is.
-func WithPlaintextEncryptedFields() SinkOption {
-	return sinkOptionFunc(func(c *sinkConfig) { c.plaintext = true })
-}
 
 // encryptOperator is the operatorName of the $jsonSchema encrypt keyword
 // in errInfo (mongodb/mongo src/mongo/db/matcher/doc_validation/
@@ -110,7 +66,7 @@ func EncryptedPaths(errInfo bson.Raw) []string {
 // EncryptPaths returns the dotted paths a $jsonSchema validator ({$jsonSchema:
 // schema} or the schema itself) marks with encrypt, following properties
 // (not items, patternProperties or combinators, whose paths are not
-// fixed). For WithEncryptedPaths.
+// fixed). For Protection.EncryptedPaths (dlq.WithEncryptedPaths).
 func EncryptPaths(validator bson.Raw) []string {
 	schema := validator
 	if s, ok := validator.Lookup("$jsonSchema").DocumentOK(); ok {
@@ -141,11 +97,44 @@ func EncryptPaths(validator bson.Raw) []string {
 	return out
 }
 
-// protect applies, before an envelope is stored by either sink: the
-// defaults, the withholding of fields that had to be encrypted, the
-// redaction hooks, and the fingerprint of the scheme that hides what was
-// hidden (see the Scheme* constants).
-func protect(env Envelope, cfg sinkConfig) (Envelope, error) {
+// Protection is what Protect applies to an envelope before a sink stores
+// it: the redaction hooks, the fingerprint key and the encrypted paths.
+// Package dlq builds it from its sink options (dlq.WithRedact,
+// dlq.WithRedactErrInfo, dlq.WithFingerprintKey, dlq.WithEncryptedPaths,
+// dlq.WithPlaintextEncryptedFields), which check the values; the zero
+// value withholds the fields errInfo names under encrypt and hides
+// nothing else.
+type Protection struct {
+	// Redact rewrites the original before it is stored (nil: kept). It
+	// receives a copy of the original and returns the document to store,
+	// which must be valid BSON (Protect fails otherwise); nil stores an
+	// empty document. An original it changes is marked OriginalRedacted
+	// and fingerprinted with a scheme that hides what was removed.
+	Redact func(original bson.Raw) bson.Raw
+	// RedactErrInfo rewrites errInfo before it is stored (nil: kept);
+	// same rules as Redact. FailingKeywords and FailingPaths, computed
+	// from the full errInfo, are kept.
+	RedactErrInfo func(errInfo bson.Raw) bson.Raw
+	// FingerprintKey is the key of the SchemeKeyed fingerprint of an
+	// envelope with withheld or redacted fields (nil: SchemeStored).
+	FingerprintKey []byte
+	// EncryptedPaths maps a target namespace ("db.coll") to the dotted
+	// paths its schema marks encrypt (EncryptPaths): withheld from every
+	// envelope of that namespace even when errInfo does not name them.
+	EncryptedPaths map[string][]string
+	// Plaintext turns withholding off: the fields the server refused for
+	// not being encrypted are stored like the rest of the original.
+	Plaintext bool
+}
+
+// Protect applies, before an envelope is stored by either sink of package
+// dlq: the defaults (SchemaVersion, attempts at least 1, FailingKeywords
+// and FailingPaths from errInfo), the withholding of fields that had to
+// be encrypted, the redaction hooks, and the fingerprint of the scheme
+// that hides what was hidden (see the Scheme* constants). It returns an
+// error naming the fingerprint when a redaction hook returns invalid
+// BSON.
+func Protect(env Envelope, p Protection) (Envelope, error) {
 	if env.SchemaVersion == 0 {
 		env.SchemaVersion = SchemaVersion
 	}
@@ -160,12 +149,12 @@ func protect(env Envelope, cfg sinkConfig) (Envelope, error) {
 	}
 	plain := env.Original
 	hidden := false
-	if !cfg.plaintext {
-		env = withhold(env, cfg.encrypted[env.Namespace])
+	if !p.Plaintext {
+		env = withhold(env, p.EncryptedPaths[env.Namespace])
 		hidden = len(env.Withheld) > 0
 	}
-	if cfg.redact != nil {
-		red, err := applyRedact(cfg.redact, env.Original)
+	if p.Redact != nil {
+		red, err := applyRedact(p.Redact, env.Original)
 		if err != nil {
 			return env, fmt.Errorf("envelope: redaction hook for fingerprint %s: %w", env.Fingerprint, err)
 		}
@@ -174,8 +163,8 @@ func protect(env Envelope, cfg sinkConfig) (Envelope, error) {
 			hidden = true
 		}
 	}
-	if cfg.redactErrInfo != nil && len(env.ErrInfo) > 0 {
-		red, err := applyRedact(cfg.redactErrInfo, env.ErrInfo)
+	if p.RedactErrInfo != nil && len(env.ErrInfo) > 0 {
+		red, err := applyRedact(p.RedactErrInfo, env.ErrInfo)
 		if err != nil {
 			return env, fmt.Errorf("envelope: errInfo redaction hook for fingerprint %s: %w", env.Fingerprint, err)
 		}
@@ -187,12 +176,24 @@ func protect(env Envelope, cfg sinkConfig) (Envelope, error) {
 		if env.Fingerprint == "" {
 			env.Fingerprint = Fingerprint(plain, env.IDAssigned)
 		}
-	case cfg.fpKey != nil:
-		env.Fingerprint, env.FingerprintScheme = KeyedFingerprint(cfg.fpKey, plain, env.IDAssigned), SchemeKeyed
+	case p.FingerprintKey != nil:
+		env.Fingerprint, env.FingerprintScheme = KeyedFingerprint(p.FingerprintKey, plain, env.IDAssigned), SchemeKeyed
 	default:
 		env.Fingerprint, env.FingerprintScheme = StoredFingerprint(env.Original), SchemeStored
 	}
 	return env, nil
+}
+
+func applyRedact(f func(bson.Raw) bson.Raw, doc bson.Raw) (bson.Raw, error) {
+	in := append(bson.Raw(nil), doc...) // the hook may not keep or change ours
+	out := f(in)
+	if out == nil {
+		return bson.Raw{5, 0, 0, 0, 0}, nil
+	}
+	if err := out.Validate(); err != nil {
+		return nil, fmt.Errorf("returned invalid BSON: %w", err)
+	}
+	return out, nil
 }
 
 // StoredFingerprint is the SchemeStored fingerprint of an original as
@@ -237,7 +238,7 @@ func withhold(env Envelope, configured []string) Envelope {
 			env.WithheldNote = "errInfo names no failing field (absent or cut): withheld the paths configured as encrypt for " + env.Namespace
 		case env.Code == 121:
 			env.WithheldNote = "errInfo names no failing field (absent or cut) and no encrypt paths are configured for " + env.Namespace +
-				" (envelope.WithEncryptedPaths): nothing withheld"
+				" (dlq.WithEncryptedPaths): nothing withheld"
 		}
 	}
 	if len(cands) == 0 || len(env.Original) == 0 {

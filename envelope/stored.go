@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -21,7 +22,7 @@ const maxSubdocumentDepth = 90
 //
 //   - a key with a dot or starting with "$": a MongoDB server before 5.0
 //     refuses them anywhere in a stored document, and 5.0+ still refuses
-//     "$"-prefixed keys in the $setOnInsert document MongoSink upserts
+//     "$"-prefixed keys in the $setOnInsert document dlq.MongoSink upserts
 //     (mongodb/mongo src/mongo/db/update/storage_validation.cpp, 52
 //     DollarPrefixedFieldName; manual, "Field Names with Periods and
 //     Dollar Signs"); FerretDB v1 refuses both everywhere;
@@ -121,7 +122,7 @@ const rawSuffix = "_raw"
 // envelope: name: doc when the server takes doc as a sub-document, else
 // name_raw: BinData(0, doc) and the reason, recorded in binary. refused,
 // when not empty, is a server's refusal of this envelope's sub-documents
-// (see MongoSink): every non-empty document field is then stored as
+// (see dlq.MongoSink): every non-empty document field is then stored as
 // bytes.
 func docElem(name string, doc bson.Raw, binary *[]BinaryField, refused string) bson.E {
 	reason := subdocumentRefusal(doc)
@@ -167,4 +168,155 @@ func decodeExact(raw bson.Raw, env *Envelope) *DecodeError {
 		}
 	}
 	return nil
+}
+
+// InsertFields returns the fields of env set only when its envelope is
+// created (a recapture leaves them alone), in stored order: the
+// $setOnInsert document of dlq.MongoSink's upsert. original, err_info and
+// call_options are sub-documents, or exact bytes in <name>_raw when the
+// server would refuse them (a dotted, "$"-prefixed, empty or duplicated
+// key, a string that is not UTF-8, nesting deeper than 90 levels; the
+// reason is listed in binary). asBytes, when not empty, is a server's
+// refusal of this envelope's sub-documents (code and name): every
+// non-empty document field is then stored as bytes, with asBytes as the
+// reason.
+func InsertFields(env Envelope, asBytes string) bson.D {
+	var binary []BinaryField // appended to by docElem, in stored order
+	d := originalFields(env, asBytes, &binary)
+	d = append(d, failureFields(env, asBytes, &binary)...)
+	d = append(d, captureFields(env)...)
+	return appendIf(d, len(binary) > 0, "binary", binary)
+}
+
+// originalFields are the first fields InsertFields stores: the format,
+// the original and what was done to it, the call options, the _id.
+func originalFields(env Envelope, asBytes string, binary *[]BinaryField) bson.D {
+	d := bson.D{{Key: "schema_version", Value: int32(env.SchemaVersion)}}
+	d = appendIf(d, env.FingerprintScheme != "", "fingerprint_scheme", env.FingerprintScheme)
+	d = appendIf(d, env.Kind != "", "kind", env.Kind)
+	d = append(d, docElem("original", rawOrEmpty(env.Original), binary, asBytes))
+	if len(env.CallOptions) > 0 {
+		d = append(d, docElem("call_options", env.CallOptions, binary, asBytes))
+	}
+	if env.OriginalTruncated {
+		d = append(d, bson.E{Key: "original_truncated", Value: true}, bson.E{Key: "original_size", Value: int64(env.OriginalSize)})
+		d = appendIf(d, len(env.OriginalDropped) > 0, "original_dropped", env.OriginalDropped)
+	}
+	d = appendIf(d, env.OriginalRedacted, "original_redacted", true)
+	d = appendIf(d, len(env.Withheld) > 0, "withheld", env.Withheld)
+	d = appendIf(d, env.WithheldNote != "", "withheld_note", env.WithheldNote)
+	d = appendIf(d, env.DocumentID.Type != 0, "document_id", env.DocumentID)
+	return append(d, bson.E{Key: "id_assigned", Value: env.IDAssigned})
+}
+
+// failureFields are the server's verdict InsertFields stores: errInfo and
+// what it names, the code, the message, the labels.
+func failureFields(env Envelope, asBytes string, binary *[]BinaryField) bson.D {
+	var d bson.D
+	if len(env.ErrInfo) > 0 {
+		d = append(d, docElem("err_info", env.ErrInfo, binary, asBytes))
+	}
+	d = append(d,
+		bson.E{Key: "failing_keywords", Value: nonNil(env.FailingKeywords)},
+		bson.E{Key: "failing_paths", Value: nonNil(env.FailingPaths)},
+		bson.E{Key: "code", Value: env.Code},
+	)
+	d = appendIf(d, env.CodeName != "", "code_name", env.CodeName)
+	d = append(d, bson.E{Key: "errmsg", Value: env.ErrMsg})
+	return appendIf(d, len(env.Labels) > 0, "labels", env.Labels)
+}
+
+// captureFields are the write's own fields InsertFields stores (where,
+// what, when, the trace) and what was cut for size.
+func captureFields(env Envelope) bson.D {
+	d := bson.D{
+		{Key: "namespace", Value: env.Namespace},
+		{Key: "operation", Value: env.Operation},
+		{Key: "batch_index", Value: int32(env.BatchIndex)},
+		{Key: "first_seen", Value: env.FirstSeen},
+	}
+	d = appendIf(d, env.TraceID != "", "trace_id", env.TraceID)
+	d = appendIf(d, env.SpanID != "", "span_id", env.SpanID)
+	return appendIf(d, len(env.Cut) > 0, "cut", env.Cut)
+}
+
+// appendIf appends key: value to d when set.
+func appendIf(d bson.D, set bool, key string, value any) bson.D {
+	if !set {
+		return d
+	}
+	return append(d, bson.E{Key: key, Value: value})
+}
+
+func rawOrEmpty(r bson.Raw) bson.Raw {
+	if len(r) == 0 {
+		return bson.Raw{5, 0, 0, 0, 0}
+	}
+	return r
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// StoredFields returns a prepared envelope (PrepareStored) as it is
+// stored for a first capture: the fingerprint, InsertFields(env,
+// asBytes), attempts, last_seen and status, without the _id the server
+// assigns. dlq.MongoSink inserts it (dlq.WithInsertFirst).
+func StoredFields(env Envelope, asBytes string) bson.D {
+	d := append(bson.D{{Key: "fingerprint", Value: env.Fingerprint}}, InsertFields(env, asBytes)...)
+	return append(d,
+		bson.E{Key: "attempts", Value: int32(env.Attempts)},
+		bson.E{Key: "last_seen", Value: env.LastSeen},
+		bson.E{Key: "status", Value: StatusPending},
+	)
+}
+
+// RecaptureUpdate is the update dlq.MongoSink applies to the stored
+// envelope of a payload captured again: {$inc: {attempts}, $max:
+// {last_seen}, $set: {status: "pending"}}.
+func RecaptureUpdate(attempts int, lastSeen time.Time) bson.D {
+	return bson.D{
+		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: int32(attempts)}}},
+		{Key: "$max", Value: bson.D{{Key: "last_seen", Value: lastSeen}}},
+		{Key: "$set", Value: bson.D{{Key: "status", Value: StatusPending}}},
+	}
+}
+
+// PrepareStored returns env ready to be stored for a first capture: its
+// first_seen defaults to now (UTC, in milliseconds) and its last_seen to
+// its first_seen, its status is pending, Protect applies p, and what does
+// not fit MaxEnvelopeSize is cut (diagnostics first, the original last;
+// listed in Cut). It returns Protect's error.
+func PrepareStored(env Envelope, p Protection) (Envelope, error) {
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	if env.FirstSeen.IsZero() {
+		env.FirstSeen = now
+	}
+	if env.LastSeen.IsZero() {
+		env.LastSeen = env.FirstSeen
+	}
+	env.Status = StatusPending
+	env, err := Protect(env, p)
+	if err != nil {
+		return env, err
+	}
+	return fitEnvelope(env, MaxEnvelopeSize), nil
+}
+
+// StoredDocument returns env as a sink of package dlq without options
+// stores it for a first capture (PrepareStored with the zero Protection,
+// then StoredFields): fingerprint, the Envelope's fields, attempts,
+// last_seen and status, as one document without the _id the server
+// assigns. dlq.StoredDocument takes the sink's options. For tests and
+// tools. It returns the error of an envelope that cannot be marshalled.
+func StoredDocument(env Envelope) (bson.Raw, error) {
+	e, err := PrepareStored(env, Protection{})
+	if err != nil {
+		return nil, err
+	}
+	return bson.Marshal(StoredFields(e, ""))
 }

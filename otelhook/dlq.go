@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 )
 
@@ -58,7 +59,7 @@ type DLQObserver struct {
 //     observation, so it grows between polls; 0 when none is pending.
 //
 // Each carries db.system.name, db.namespace and db.collection.name of the
-// dead-letter collection. The figures come from envelope.Stats (two reads
+// dead-letter collection. The figures come from dlq.Stats (two reads
 // per poll: every envelope, and the pending ones). Run one observer per
 // dead-letter collection — the writers need none: depth and age are
 // properties of the collection, not of a writer.
@@ -139,12 +140,12 @@ func (o *DLQObserver) run(ctx context.Context, interval time.Duration) {
 func (o *DLQObserver) Poll(ctx context.Context) error { return o.poll(ctx) }
 
 func (o *DLQObserver) poll(ctx context.Context) error {
-	all, err := envelope.Stats(ctx, o.dlq, envelope.Filter{})
+	all, err := dlq.Stats(ctx, o.dlq, dlq.Filter{})
 	if err != nil {
 		o.setErr(err)
 		return fmt.Errorf("otelhook: ObserveDLQ: %w", err)
 	}
-	pend, err := envelope.Stats(ctx, o.dlq, envelope.Filter{Statuses: []string{envelope.StatusPending}})
+	pend, err := dlq.Stats(ctx, o.dlq, dlq.Filter{Statuses: []string{envelope.StatusPending}})
 	if err != nil {
 		o.setErr(err)
 		return fmt.Errorf("otelhook: ObserveDLQ: %w", err)

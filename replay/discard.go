@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 )
 
@@ -29,12 +30,13 @@ type DiscardResult struct {
 // enough for its one update.
 const discardLease = time.Minute
 
-// Discard marks the envelopes of dlq that f selects (pending ones when f
-// lists no status) as given up, as envelope.Discard does, but agreeing
-// with the replays that may be running: it claims each envelope with a
-// lease in the lease collection (the DLQ's name + LeaseCollectionSuffix,
-// or WithLeaseCollection; WithBatchSize sets how many per claim), and
-// marks only the envelopes it claimed. An envelope a replay holds is not
+// Discard marks the envelopes of the dead-letter collection coll that f
+// selects (pending ones when f lists no status) as given up, as
+// dlq.Discard does, but agreeing with the replays that may be running:
+// it claims each envelope with a lease in the lease collection (the
+// DLQ's name + LeaseCollectionSuffix, or WithLeaseCollection;
+// WithBatchSize sets how many per claim), and marks only the envelopes
+// it claimed. An envelope a replay holds is not
 // discarded but counted Busy: the replay writes it or records why not,
 // and the operator sees that the discard did not take. A replay that
 // claims an envelope after Discard marked it no longer selects it. So of
@@ -42,23 +44,23 @@ const discardLease = time.Minute
 // result says which: never "discarded" followed by a write.
 //
 // Options other than WithBatchSize, WithLeaseCollection and WithOwner
-// are ignored. It returns envelope.ErrEmptyFilter for a zero f, f's
-// error (wrapping envelope.ErrBadFilter), or the driver's, with what it
+// are ignored. It returns dlq.ErrEmptyFilter for a zero f, f's
+// error (wrapping dlq.ErrBadFilter), or the driver's, with what it
 // had done.
-func Discard(ctx context.Context, dlq *mongo.Collection, f envelope.Filter, opts ...Option) (DiscardResult, error) {
+func Discard(ctx context.Context, coll *mongo.Collection, f dlq.Filter, opts ...Option) (DiscardResult, error) {
 	var res DiscardResult
-	if dlq == nil {
+	if coll == nil {
 		return res, errors.New("replay: Discard: nil dead-letter collection (dlq)")
 	}
 	if f.IsZero() {
-		return res, envelope.ErrEmptyFilter
+		return res, dlq.ErrEmptyFilter
 	}
 	cfg := newConfig(opts)
 	if len(cfg.errs) > 0 {
 		return res, errors.Join(cfg.errs...)
 	}
 	if cfg.leases == nil {
-		cfg.leases = dlq.Database().Collection(dlq.Name() + LeaseCollectionSuffix)
+		cfg.leases = coll.Database().Collection(coll.Name() + LeaseCollectionSuffix)
 	}
 	if cfg.owner == "" {
 		cfg.owner = "discard-" + randomID()
@@ -70,7 +72,7 @@ func Discard(ctx context.Context, dlq *mongo.Collection, f envelope.Filter, opts
 		return res, err
 	}
 	q = bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "status", Value: bson.D{{Key: "$ne", Value: envelope.StatusDiscarded}}}}}}}
-	r := &runner{cfg: cfg, dlq: dlq, owner: cfg.owner}
+	r := &runner{cfg: cfg, dlq: coll, owner: cfg.owner}
 	var last bson.RawValue
 	for {
 		page := q
@@ -100,13 +102,42 @@ func Discard(ctx context.Context, dlq *mongo.Collection, f envelope.Filter, opts
 // discarded, and releases its leases. It returns the count marked and the
 // _ids of the envelopes held by a replay.
 func (r *runner) discardBatch(ctx context.Context, q bson.D, ids []bson.RawValue) (int64, []bson.RawValue, error) {
+	won, busy, now, err := r.claimForDiscard(ctx, ids)
+	if err != nil || len(won) == 0 {
+		return 0, busy, err
+	}
+	defer r.release(ctx, leaseIDs(won))
+	in := bson.A{}
+	for _, l := range won {
+		in = append(in, l.EnvelopeID)
+	}
+	var n int64
+	err = retry(ctx, func() error {
+		res, err := r.dlq.UpdateMany(ctx, bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: envelope.StatusDiscarded}, {Key: "discarded_at", Value: now}}}},
+			options.UpdateMany())
+		if err == nil {
+			n = res.ModifiedCount
+		}
+		return err
+	})
+	if err != nil {
+		return 0, busy, fmt.Errorf("replay: discard: %w", err)
+	}
+	return n, busy, nil
+}
+
+// claimForDiscard takes a lease on each envelope of ids that no live
+// lease holds, and returns the leases it won, the _ids of the envelopes
+// held by another (a replay, say), and the time of the claim.
+func (r *runner) claimForDiscard(ctx context.Context, ids []bson.RawValue) ([]Lease, []bson.RawValue, time.Time, error) {
 	keys := make([]string, len(ids))
 	for i, id := range ids {
 		keys[i] = leaseKey(id)
 	}
 	states, err := r.leaseStates(ctx, keys)
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, time.Time{}, err
 	}
 	now := r.cfg.now().UTC().Truncate(time.Millisecond)
 	var docs []any
@@ -128,35 +159,16 @@ func (r *runner) discardBatch(ctx context.Context, q bson.D, ids []bson.RawValue
 	}
 	won, _, err := r.insertLeases(ctx, docs, tried)
 	if err != nil {
-		return 0, busy, err
+		return nil, busy, now, err
 	}
 	wonKey := map[string]bool{}
-	in := bson.A{}
 	for _, l := range won {
 		wonKey[l.Key] = true
-		in = append(in, l.EnvelopeID)
 	}
 	for _, l := range tried {
 		if !wonKey[l.Key] {
 			busy = append(busy, l.EnvelopeID)
 		}
 	}
-	if len(won) == 0 {
-		return 0, busy, nil
-	}
-	defer r.release(ctx, leaseIDs(won))
-	var n int64
-	err = retry(ctx, func() error {
-		res, err := r.dlq.UpdateMany(ctx, bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}}}}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: envelope.StatusDiscarded}, {Key: "discarded_at", Value: now}}}},
-			options.UpdateMany())
-		if err == nil {
-			n = res.ModifiedCount
-		}
-		return err
-	})
-	if err != nil {
-		return 0, busy, fmt.Errorf("replay: discard: %w", err)
-	}
-	return n, busy, nil
+	return won, busy, now, nil
 }

@@ -31,8 +31,8 @@
 // a network error, which says nothing of the envelope) adds one to its
 // replay_failures (envelope.FieldReplayFailures). When that count reaches
 // WithQuarantineAfter (DefaultQuarantineAfter, 5), the envelope becomes
-// quarantined (envelope.StatusQuarantined): later runs skip it, Stats
-// counts it (Summary.Quarantined), and Result.Quarantined counts those a
+// quarantined (envelope.StatusQuarantined): later runs skip it, dlq.Stats
+// counts it (dlq.Summary.Quarantined), and Result.Quarantined counts those a
 // run quarantined (for a metric). WithIncludeQuarantined tries them again
 // deliberately. Refusals, skips and holds are not tries and count
 // nothing.
@@ -89,7 +89,7 @@
 // cannot know whether the target applied the write, and does not run it
 // again: it holds the envelope (pending, replay_hold
 // "in_flight_when_runner_died", counted in Result.Held and
-// Summary.Held). An operator checks the target, then discards the
+// dlq.Summary.Held). An operator checks the target, then discards the
 // envelope or replays it with WithIncludeHeld. The same holds for an
 // update, replace or delete whose write failed in a way that does not say
 // whether it was applied (policy.Failure.Ambiguous: the connection lost
@@ -191,7 +191,7 @@
 // restrict who can write the DLQ: the application's user needs insert and
 // update on it only.
 //
-// Unless the Filter names namespaces, Run selects the envelopes whose
+// Unless the dlq.Filter names namespaces, Run selects the envelopes whose
 // namespace is the target's ("<database>.<collection>", from
 // *mongo.Collection, or the Namespace method of *writeguard.Guarded and
 // of test doubles).
@@ -201,7 +201,7 @@
 // Discard gives envelopes up through the same leases: it does not
 // discard an envelope a replay holds (it reports it busy), and a replay
 // does not select one it discarded, so of the two one wins, visibly.
-// envelope.Discard does not coordinate with running replays.
+// dlq.Discard does not coordinate with running replays.
 //
 // # Dry run
 //
@@ -216,5 +216,5 @@
 // NotImplemented and $jsonSchema in a query is 2 BadValue) make Run return
 // an error wrapping ErrDryRunUnsupported with the server's reason.
 //
-// Stats, Discard and the shared Filter live in package envelope.
+// Stats, Discard and the shared Filter live in package dlq.
 package replay

@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/policy"
 )
@@ -17,13 +18,13 @@ import (
 // pipelineUnsupportedCodes are the codes a server gives a pipeline stage
 // or query operator it does not know: 2 BadValue (FerretDB: unknown top
 // level operator $jsonSchema), 40324 (unrecognized pipeline stage name),
-// 168 InvalidPipelineOperator. With envelope.UnsupportedCodes (238
+// 168 InvalidPipelineOperator. With dlq.UnsupportedCodes (238
 // NotImplemented, FerretDB's answer to $replaceRoot; 115; 59) they mean
 // "this server cannot evaluate the dry run's pipeline".
 var pipelineUnsupportedCodes = []int32{2, 40324, 168}
 
 func dryRunUnsupported(code int32) bool {
-	return slices.Contains(envelope.UnsupportedCodes, code) || slices.Contains(pipelineUnsupportedCodes, code)
+	return slices.Contains(dlq.UnsupportedCodes, code) || slices.Contains(pipelineUnsupportedCodes, code)
 }
 
 // TargetCollection returns the *mongo.Collection behind a target: the
@@ -72,44 +73,23 @@ func CurrentValidator(ctx context.Context, coll *mongo.Collection) (bson.Raw, er
 	return info.Options.Validator, nil
 }
 
+// dryRun counts, with no write, the envelopes q selects (Matched), those
+// a replay would not send or cannot decode (Undetermined), and of the
+// others how many the target's validator (cfg's, or the target's own)
+// now accepts (WouldPass) and rejects (WouldFail).
 func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collection, q bson.D, cfg *config) (Result, error) {
 	res := Result{DryRun: true}
-	var validator bson.Raw
-	if cfg.validator != nil {
-		raw, err := toRaw(cfg.validator)
-		if err != nil {
-			return res, fmt.Errorf("replay: WithValidator: %w", err)
-		}
-		validator = raw
-	} else {
-		coll := TargetCollection(target)
-		if coll == nil {
-			return res, fmt.Errorf("replay: dry run: cannot read the validator of a %T target (use a *mongo.Collection, a Guarded made with writeguard.Wrap, or WithValidator)", target)
-		}
-		v, err := CurrentValidator(ctx, coll)
-		if err != nil {
-			return res, err
-		}
-		validator = v
+	validator, err := dryRunValidator(ctx, target, cfg)
+	if err != nil {
+		return res, err
 	}
 	res.Validator = validator
-
 	matched, err := dlq.CountDocuments(ctx, q)
 	if err != nil {
 		return res, fmt.Errorf("replay: dry run: counting envelopes: %w", err)
 	}
 	res.Matched, res.Scanned = matched, matched
-	eligible := bson.D{
-		{Key: "$and", Value: bson.A{q}},
-		{Key: "original._id", Value: bson.D{{Key: "$exists", Value: true}}},
-		{Key: "original_truncated", Value: bson.D{{Key: "$ne", Value: true}}},
-		// Withheld fields make the stored original not the document; an
-		// original kept as exact bytes (original_raw) has no original._id.
-		{Key: "withheld", Value: bson.D{{Key: "$exists", Value: false}}},
-	}
-	if !cfg.redacted {
-		eligible = append(eligible, bson.E{Key: "original_redacted", Value: bson.D{{Key: "$ne", Value: true}}})
-	}
+	eligible := replayable(q, cfg.redacted)
 	// The eligible envelopes are decoded as the replay decodes them: one
 	// that cannot be decoded (a hand-edited field of the wrong type) is
 	// skipped by the replay, so it is undetermined here, not "would pass".
@@ -125,6 +105,53 @@ func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collec
 		res.WouldPass = n
 		return res, nil
 	}
+	pass, err := countPassing(ctx, dlq, eligible, validator)
+	if err != nil {
+		return res, err
+	}
+	res.WouldPass, res.WouldFail = pass, n-pass
+	return res, nil
+}
+
+// dryRunValidator returns the validator a dry run evaluates: WithValidator's,
+// or the target's own as listCollections reports it (nil: none).
+func dryRunValidator(ctx context.Context, target writeguard.Collection, cfg *config) (bson.Raw, error) {
+	if cfg.validator != nil {
+		raw, err := toRaw(cfg.validator)
+		if err != nil {
+			return nil, fmt.Errorf("replay: WithValidator: %w", err)
+		}
+		return raw, nil
+	}
+	coll := TargetCollection(target)
+	if coll == nil {
+		return nil, fmt.Errorf("replay: dry run: cannot read the validator of a %T target (use a *mongo.Collection, a Guarded made with writeguard.Wrap, or WithValidator)", target)
+	}
+	return CurrentValidator(ctx, coll)
+}
+
+// replayable narrows q to the envelopes a replay would send as they are
+// stored: an original with an _id, neither truncated nor withheld, nor
+// redacted unless redacted is set.
+func replayable(q bson.D, redacted bool) bson.D {
+	eligible := bson.D{
+		{Key: "$and", Value: bson.A{q}},
+		{Key: "original._id", Value: bson.D{{Key: "$exists", Value: true}}},
+		{Key: "original_truncated", Value: bson.D{{Key: "$ne", Value: true}}},
+		// Withheld fields make the stored original not the document; an
+		// original kept as exact bytes (original_raw) has no original._id.
+		{Key: "withheld", Value: bson.D{{Key: "$exists", Value: false}}},
+	}
+	if !redacted {
+		eligible = append(eligible, bson.E{Key: "original_redacted", Value: bson.D{{Key: "$ne", Value: true}}})
+	}
+	return eligible
+}
+
+// countPassing counts the originals of the envelopes eligible selects
+// that validator matches, with one aggregation on the server (an error
+// wrapping ErrDryRunUnsupported when the server cannot run it).
+func countPassing(ctx context.Context, dlq *mongo.Collection, eligible bson.D, validator bson.Raw) (int64, error) {
 	pipeline := mongo.Pipeline{
 		{{Key: "$match", Value: eligible}},
 		{{Key: "$replaceRoot", Value: bson.D{{Key: "newRoot", Value: "$original"}}}},
@@ -133,7 +160,7 @@ func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collec
 	}
 	cur, err := dlq.Aggregate(ctx, pipeline)
 	if err != nil {
-		return res, unsupported(err)
+		return 0, unsupported(err)
 	}
 	defer cur.Close(ctx)
 	var pass int64
@@ -142,15 +169,14 @@ func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collec
 			N int64 `bson:"n"`
 		}
 		if err := cur.Decode(&c); err != nil {
-			return res, fmt.Errorf("replay: dry run: %w", err)
+			return 0, fmt.Errorf("replay: dry run: %w", err)
 		}
 		pass = c.N
 	}
 	if err := cur.Err(); err != nil {
-		return res, unsupported(err)
+		return 0, unsupported(err)
 	}
-	res.WouldPass, res.WouldFail = pass, n-pass
-	return res, nil
+	return pass, nil
 }
 
 // decodable counts the envelopes q selects that envelope.Decode reads, and

@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
-	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/replay"
 )
 
@@ -25,7 +25,7 @@ func ExampleRun() {
 	}
 	defer func() { _ = client.Disconnect(ctx) }()
 	db := client.Database("shop")
-	dlq := db.Collection("orders_dlq")
+	dlqColl := db.Collection("orders_dlq")
 
 	// The replay's target retries transient errors but does NOT
 	// dead-letter: replay records rejections in the envelopes itself.
@@ -33,9 +33,9 @@ func ExampleRun() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	filter := envelope.Filter{Paths: []string{"qty"}}
+	filter := dlq.Filter{Paths: []string{"qty"}}
 
-	dry, err := replay.Run(ctx, dlq, target, replay.WithFilter(filter), replay.WithDryRun())
+	dry, err := replay.Run(ctx, dlqColl, target, replay.WithFilter(filter), replay.WithDryRun())
 	switch {
 	case errors.Is(err, replay.ErrDryRunUnsupported):
 		log.Print(err) // e.g. FerretDB: no $replaceRoot
@@ -45,7 +45,7 @@ func ExampleRun() {
 		fmt.Printf("%d of %d would pass now\n", dry.WouldPass, dry.Matched)
 	}
 
-	res, err := replay.Run(ctx, dlq, target,
+	res, err := replay.Run(ctx, dlqColl, target,
 		replay.WithFilter(filter),
 		replay.WithBatchSize(500),
 		replay.WithRate(2000), // documents per second
@@ -66,12 +66,12 @@ func ExampleRun() {
 // Try a proposed validator against the backlog before applying it.
 func ExampleWithValidator() {
 	ctx := context.Background()
-	var dlq, orders *mongo.Collection
+	var dlqColl, orders *mongo.Collection
 
 	proposed := bson.D{{Key: "$jsonSchema", Value: bson.D{
 		{Key: "properties", Value: bson.D{{Key: "qty", Value: bson.D{{Key: "bsonType", Value: "number"}}}}},
 	}}}
-	res, err := replay.Run(ctx, dlq, orders, replay.WithDryRun(), replay.WithValidator(proposed))
+	res, err := replay.Run(ctx, dlqColl, orders, replay.WithDryRun(), replay.WithValidator(proposed))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -85,9 +85,9 @@ func ExampleWithValidator() {
 // condition is refused and reported, not run.
 func ExampleWithInto() {
 	ctx := context.Background()
-	var dlq, orders *mongo.Collection // shop.orders_dlq, shop.orders
+	var dlqColl, orders *mongo.Collection // shop.orders_dlq, shop.orders
 
-	res, err := replay.Run(ctx, dlq, orders,
+	res, err := replay.Run(ctx, dlqColl, orders,
 		replay.WithInto("shop.orders"),
 		replay.WithOperations(replay.Inserts|replay.Updates|replay.Deletes),
 		replay.WithQuarantineAfter(3),
@@ -107,9 +107,9 @@ func ExampleWithInto() {
 // envelopes a replay holds are left to it and counted.
 func ExampleDiscard() {
 	ctx := context.Background()
-	var dlq *mongo.Collection
+	var dlqColl *mongo.Collection
 
-	d, err := replay.Discard(ctx, dlq, envelope.Filter{Keywords: []string{"pattern"}})
+	d, err := replay.Discard(ctx, dlqColl, dlq.Filter{Keywords: []string{"pattern"}})
 	if err != nil {
 		log.Fatal(err)
 	}

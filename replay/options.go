@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 )
 
@@ -55,7 +56,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	batch     int
 	rate      float64
-	filter    envelope.Filter
+	filter    dlq.Filter
 	dryRun    bool
 	validator any
 	progress  func(Progress)
@@ -139,12 +140,12 @@ func WithRate(docsPerSecond float64) Option {
 	})
 }
 
-// WithFilter selects the envelopes to replay (see envelope.Filter). An
+// WithFilter selects the envelopes to replay (see dlq.Filter). An
 // empty Statuses means pending only; an empty Namespaces means the
 // target's namespace. Listing StatusReplayed replays envelopes again (the
 // duplicate-key check then counts them replayed); StatusDiscarded
 // envelopes are replayed only when listed.
-func WithFilter(f envelope.Filter) Option {
+func WithFilter(f dlq.Filter) Option {
 	return optionFunc(func(c *config) { c.filter = f })
 }
 

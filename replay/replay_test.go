@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/mocks"
 	"github.com/writeguard/writeguard/policy"
@@ -276,7 +277,7 @@ func TestRunBadOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
-	dlq := client.Database("x").Collection("dlq")
+	coll := client.Database("x").Collection("dlq")
 	target := mocks.NewFake("db.c")
 	for _, c := range []struct {
 		opts []Option
@@ -287,7 +288,7 @@ func TestRunBadOptions(t *testing.T) {
 		{[]Option{WithRate(-1)}, "WithRate(-1)"},
 		{[]Option{WithValidator(bson.D{})}, "needs WithDryRun"},
 		{[]Option{WithValidator(nil)}, "WithValidator(nil)"},
-		{[]Option{WithFilter(envelope.Filter{Statuses: []string{"bogus"}})}, "bad filter"},
+		{[]Option{WithFilter(dlq.Filter{Statuses: []string{"bogus"}})}, "bad filter"},
 		{[]Option{WithWorkers(0)}, "WithWorkers(0)"},
 		{[]Option{WithWorkers(MaxWorkers + 1)}, "WithWorkers(65)"},
 		{[]Option{WithLease(time.Millisecond)}, "WithLease(1ms)"},
@@ -296,12 +297,12 @@ func TestRunBadOptions(t *testing.T) {
 		{[]Option{WithRunID("")}, "WithRunID"},
 		{[]Option{WithBatchSize(1), nil}, "option 1 is nil"},
 	} {
-		_, err := Run(context.Background(), dlq, target, c.opts...)
+		_, err := Run(context.Background(), coll, target, c.opts...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("err = %v, want %q", err, c.want)
 		}
 	}
-	if _, err := Run(context.Background(), dlq, anonTarget{target}); err == nil || !strings.Contains(err.Error(), "no known namespace") {
+	if _, err := Run(context.Background(), coll, anonTarget{target}); err == nil || !strings.Contains(err.Error(), "no known namespace") {
 		t.Errorf("anonymous target: %v", err)
 	}
 	// Every bad value is named at once, nil arguments included.
@@ -311,7 +312,7 @@ func TestRunBadOptions(t *testing.T) {
 			t.Errorf("joined errors: %v, want %q among them", err, want)
 		}
 	}
-	if _, err := Run(context.Background(), dlq, anonTarget{target}, WithDryRun(), WithFilter(envelope.Filter{Namespaces: []string{"db.c"}})); err == nil ||
+	if _, err := Run(context.Background(), coll, anonTarget{target}, WithDryRun(), WithFilter(dlq.Filter{Namespaces: []string{"db.c"}})); err == nil ||
 		!strings.Contains(err.Error(), "cannot read the validator") {
 		t.Errorf("dry run without a readable validator: %v", err)
 	}

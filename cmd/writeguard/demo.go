@@ -16,7 +16,7 @@ import (
 
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/demo"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/progress"
-	"github.com/writeguard/writeguard/envelope"
+	deadletter "github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/otelhook"
 )
@@ -373,7 +373,7 @@ func causes(m map[string]int64) string {
 // codeNames names the codes a write error carries without a codeName.
 var codeNames = map[int32]string{121: "DocumentValidationFailure", 11000: "DuplicateKey", 112: "WriteConflict"}
 
-func codeString(c envelope.CodeGroup) string {
+func codeString(c deadletter.CodeGroup) string {
 	if c.CodeName == "" {
 		c.CodeName = codeNames[c.Code]
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/conn"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/demo"
+	deadletter "github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/jsonschema"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
@@ -355,8 +356,8 @@ func dlqFlagSet(cmd string, f *dlqFlags) *flag.FlagSet {
 
 // checkDLQArgs checks the arguments of dlq cmd before any connection and
 // returns its filter and validator, or a usage error message.
-func checkDLQArgs(cmd string, pos []string, f dlqFlags) (envelope.Filter, bson.D, string) {
-	var none envelope.Filter
+func checkDLQArgs(cmd string, pos []string, f dlqFlags) (deadletter.Filter, bson.D, string) {
+	var none deadletter.Filter
 	switch {
 	case cmd == "show" && len(pos) != 1:
 		return none, nil, fmt.Sprintf("want exactly one ID (fingerprint, prefix, or document _id), got %d arguments", len(pos))
@@ -374,7 +375,7 @@ func checkDLQArgs(cmd string, pos []string, f dlqFlags) (envelope.Filter, bson.D
 	if d, err := os.Stat(f.dataDir); f.dataDir != "" && (err != nil || !d.IsDir()) {
 		return none, nil, fmt.Sprintf("-data-dir %s: not a directory (run 'writeguard demo --data-dir %s' first)", f.dataDir, f.dataDir)
 	}
-	filter := envelope.Filter{
+	filter := deadletter.Filter{
 		Keywords: f.keywords, Paths: f.paths, Codes: f.codes, Namespaces: f.namespaces,
 		Statuses: f.statuses, OlderThan: f.olderThan, NewerThan: f.newerThan,
 	}
@@ -454,8 +455,8 @@ func writeJSON(w io.Writer, v any) error {
 
 // ---- stats ----
 
-func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, stdout, stderr io.Writer) int {
-	s, err := envelope.Stats(ctx, dlq, filter)
+func dlqStats(ctx context.Context, dlq *mongo.Collection, filter deadletter.Filter, f dlqFlags, stdout, stderr io.Writer) int {
+	s, err := deadletter.Stats(ctx, dlq, filter)
 	if err != nil {
 		return failure(stderr, "dlq stats", err)
 	}
@@ -507,7 +508,7 @@ func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter
 		fmt.Fprintf(stdout, "%s that cannot be decoded %s discarded (not counted above)\n", plural(s.DiscardedUndecodable, "envelope"), wasWere(s.DiscardedUndecodable))
 	}
 	width := 12
-	for _, gs := range [][]envelope.Group{s.ByKeyword, s.ByPath, s.ByNamespace} {
+	for _, gs := range [][]deadletter.Group{s.ByKeyword, s.ByPath, s.ByNamespace} {
 		for _, g := range gs {
 			width = max(width, len(g.Key)+2)
 		}
@@ -515,7 +516,7 @@ func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter
 	for _, c := range s.ByCode {
 		width = max(width, len(codeString(c))+2)
 	}
-	section := func(title string, gs []envelope.Group) {
+	section := func(title string, gs []deadletter.Group) {
 		if len(gs) == 0 {
 			return
 		}
@@ -527,16 +528,16 @@ func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter
 	section("STATUS", s.ByStatus)
 	section("KEYWORD", s.ByKeyword)
 	section("PATH", s.ByPath)
-	var codes []envelope.Group
+	var codes []deadletter.Group
 	for _, c := range s.ByCode {
-		codes = append(codes, envelope.Group{Key: codeString(c), Envelopes: c.Envelopes, Attempts: c.Attempts})
+		codes = append(codes, deadletter.Group{Key: codeString(c), Envelopes: c.Envelopes, Attempts: c.Attempts})
 	}
 	section("CODE", codes)
 	section("NAMESPACE", s.ByNamespace)
 	return exitOK
 }
 
-func groupMap(gs []envelope.Group) map[string]int64 {
+func groupMap(gs []deadletter.Group) map[string]int64 {
 	m := make(map[string]int64, len(gs))
 	for _, g := range gs {
 		m[g.Key] = g.Envelopes
@@ -544,7 +545,7 @@ func groupMap(gs []envelope.Group) map[string]int64 {
 	return m
 }
 
-func codeMap(gs []envelope.CodeGroup) map[string]int64 {
+func codeMap(gs []deadletter.CodeGroup) map[string]int64 {
 	m := make(map[string]int64, len(gs))
 	for _, g := range gs {
 		m[strconv.Itoa(int(g.Code))] = g.Envelopes
@@ -553,7 +554,7 @@ func codeMap(gs []envelope.CodeGroup) map[string]int64 {
 }
 
 // groups formats a breakdown on one line: "minimum 990, pattern 198".
-func groups(gs []envelope.Group) string {
+func groups(gs []deadletter.Group) string {
 	parts := make([]string, 0, len(gs))
 	for _, g := range gs {
 		parts = append(parts, fmt.Sprintf("%s %s", g.Key, n(g.Envelopes)))
@@ -666,7 +667,7 @@ func rawString(v bson.RawValue) string {
 	return v.String()
 }
 
-func dlqList(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, stdout, stderr io.Writer) int {
+func dlqList(ctx context.Context, dlq *mongo.Collection, filter deadletter.Filter, f dlqFlags, stdout, stderr io.Writer) int {
 	q, err := filter.Query(time.Now())
 	if err != nil {
 		return usageError(stderr, "dlq list", "%v", err)
@@ -939,7 +940,7 @@ func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, 
 	fmt.Fprintf(tw, "document _id\t%s\n", l.DocumentID)
 	fmt.Fprintf(tw, "namespace\t%s\n", l.Namespace)
 	fmt.Fprintf(tw, "status\t%s\n", l.Status)
-	fmt.Fprintf(tw, "code\t%s\n", codeString(envelope.CodeGroup{Code: l.Code, CodeName: l.CodeName}))
+	fmt.Fprintf(tw, "code\t%s\n", codeString(deadletter.CodeGroup{Code: l.Code, CodeName: l.CodeName}))
 	fmt.Fprintf(tw, "errmsg\t%s\n", rawString(raw.Lookup("errmsg")))
 	fmt.Fprintf(tw, "failing keywords\t%s\n", strings.Join(l.FailingKeywords, ", "))
 	fmt.Fprintf(tw, "failing paths\t%s\n", strings.Join(l.FailingPaths, ", "))
@@ -1022,7 +1023,7 @@ func showUndecodable(raw bson.Raw, f dlqFlags, stdout, stderr io.Writer) (int, b
 
 // ---- discard ----
 
-func dlqDiscard(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, stdout, stderr io.Writer) int {
+func dlqDiscard(ctx context.Context, dlq *mongo.Collection, filter deadletter.Filter, f dlqFlags, stdout, stderr io.Writer) int {
 	if len(f.ids) > 0 || f.undecodable {
 		return dlqDiscardIDs(ctx, dlq, filter, f, stdout, stderr)
 	}
@@ -1030,8 +1031,8 @@ func dlqDiscard(ctx context.Context, dlq *mongo.Collection, filter envelope.Filt
 	var count, busy int64
 	var err error
 	if f.dryRun {
-		var s envelope.Summary
-		s, err = envelope.Stats(ctx, dlq, filter)
+		var s deadletter.Summary
+		s, err = deadletter.Stats(ctx, dlq, filter)
 		count = s.Pending
 	} else {
 		// Through replay's leases: an envelope a running replay holds is
@@ -1047,7 +1048,7 @@ func dlqDiscard(ctx context.Context, dlq *mongo.Collection, filter envelope.Filt
 	if err != nil {
 		return failure(stderr, "dlq discard", err)
 	}
-	left, err := envelope.Stats(ctx, dlq, envelope.Filter{Statuses: []string{envelope.StatusPending}})
+	left, err := deadletter.Stats(ctx, dlq, deadletter.Filter{Statuses: []string{envelope.StatusPending}})
 	if err != nil {
 		return failure(stderr, "dlq discard", err)
 	}
@@ -1075,8 +1076,8 @@ func discardExit(busy int64) int {
 
 // dlqDiscardIDs discards by _id (-id) or the undecodable envelopes the
 // filter selects (-undecodable), whatever their status but replayed and
-// discarded (envelope.DiscardIDs).
-func dlqDiscardIDs(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, stdout, stderr io.Writer) int {
+// discarded (deadletter.DiscardIDs).
+func dlqDiscardIDs(ctx context.Context, dlq *mongo.Collection, filter deadletter.Filter, f dlqFlags, stdout, stderr io.Writer) int {
 	var ids []bson.RawValue
 	for _, s := range f.ids {
 		v, _ := parseEnvelopeID(s) // checked by checkDLQArgs
@@ -1107,10 +1108,10 @@ func dlqDiscardIDs(ctx context.Context, dlq *mongo.Collection, filter envelope.F
 	var err error
 	if f.dryRun {
 		count = int64(len(ids))
-	} else if count, err = envelope.DiscardIDs(ctx, dlq, ids); err != nil {
+	} else if count, err = deadletter.DiscardIDs(ctx, dlq, ids); err != nil {
 		return failure(stderr, "dlq discard", err)
 	}
-	left, err := envelope.Stats(ctx, dlq, envelope.Filter{Statuses: []string{envelope.StatusPending}})
+	left, err := deadletter.Stats(ctx, dlq, deadletter.Filter{Statuses: []string{envelope.StatusPending}})
 	if err != nil {
 		return failure(stderr, "dlq discard", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/conn"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/demo"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/progress"
+	deadletter "github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/jsonschema"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
@@ -133,7 +134,7 @@ type replayOut struct {
 type replayRun struct {
 	c         *conn.Conn
 	dlq       *mongo.Collection
-	sel       envelope.Filter
+	sel       deadletter.Filter
 	f         dlqFlags
 	validator bson.D
 	stderr    io.Writer
@@ -145,7 +146,7 @@ type replayRun struct {
 	rec  *otelhook.ReplayRecorder // nil without telemetry
 }
 
-func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter envelope.Filter, f dlqFlags, validator bson.D, tel *telemetry, stdout, stderr io.Writer) int {
+func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter deadletter.Filter, f dlqFlags, validator bson.D, tel *telemetry, stdout, stderr io.Writer) int {
 	// Which namespaces have envelopes to replay?
 	sel := filter.WithDefaultStatus(envelope.StatusPending)
 	if f.includeQuarantined && !slices.Contains(sel.Statuses, envelope.StatusQuarantined) {
@@ -159,7 +160,7 @@ func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter 
 		}
 		rr.rec = rec
 	}
-	st, err := envelope.Stats(ctx, dlq, rr.sel)
+	st, err := deadletter.Stats(ctx, dlq, rr.sel)
 	if err != nil {
 		return failure(stderr, "dlq replay", err)
 	}
@@ -193,7 +194,7 @@ func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter 
 			break
 		}
 	}
-	left, lerr := envelope.Stats(context.WithoutCancel(ctx), dlq, rr.sel)
+	left, lerr := deadletter.Stats(context.WithoutCancel(ctx), dlq, rr.sel)
 	if code := rr.report(stdout, outs, left, lerr, runErr); code != exitOK {
 		return code
 	}
@@ -202,7 +203,7 @@ func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter 
 
 // namespace replays (or dry-runs) the envelopes of one namespace. A
 // non-zero code means stop at once (a usage error was printed).
-func (rr *replayRun) namespace(ctx context.Context, g envelope.Group) (*replayOut, int, error) {
+func (rr *replayRun) namespace(ctx context.Context, g deadletter.Group) (*replayOut, int, error) {
 	db, coll, ok := strings.Cut(g.Key, ".")
 	if !ok || db == "" || coll == "" {
 		fmt.Fprintf(rr.stderr, "writeguard dlq replay: skipping %s with namespace %q (no collection)\n", plural(g.Envelopes, "envelope"), g.Key)
@@ -252,7 +253,7 @@ func (rr *replayRun) namespace(ctx context.Context, g envelope.Group) (*replayOu
 }
 
 // options returns the replay options of a namespace's run, filter nf.
-func (rr *replayRun) options(nf envelope.Filter) []replay.Option {
+func (rr *replayRun) options(nf deadletter.Filter) []replay.Option {
 	base := rr.done
 	ops, _ := replayOperations(rr.f.allow)
 	o := []replay.Option{replay.WithFilter(nf), replay.WithBatchSize(rr.f.batch), replay.WithProgress(func(p replay.Progress) {
@@ -279,7 +280,7 @@ func (rr *replayRun) options(nf envelope.Filter) []replay.Option {
 // refuse runs the replay of a namespace it may not write (not named with
 // -into, or always refused): nothing is written; each envelope is
 // counted refused and keeps its reason in the DLQ.
-func (rr *replayRun) refuse(ctx context.Context, g envelope.Group, why string) (*replayOut, int, error) {
+func (rr *replayRun) refuse(ctx context.Context, g deadletter.Group, why string) (*replayOut, int, error) {
 	if why == "" {
 		why = "not named with -into"
 	}
@@ -324,7 +325,7 @@ func (rr *replayRun) validation(ctx context.Context, target writeguard.Collectio
 }
 
 // report prints the outcomes (JSON or table); a non-zero code on failure.
-func (rr *replayRun) report(stdout io.Writer, outs []replayOut, left envelope.Summary, lerr, runErr error) int {
+func (rr *replayRun) report(stdout io.Writer, outs []replayOut, left deadletter.Summary, lerr, runErr error) int {
 	if rr.f.asJSON {
 		out := map[string]any{"dry_run": rr.f.dryRun, "namespaces": outs}
 		if lerr == nil {
@@ -429,7 +430,7 @@ func printReplay(w io.Writer, outs []replayOut, f dlqFlags, validator bson.D) {
 // (FerretDB: no $replaceRoot, no $jsonSchema in queries) evaluates the
 // validator in the client with the same $jsonSchema implementation as the
 // demo's proxy.
-func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collection, filter envelope.Filter, validator bson.D, opts []replay.Option) (replay.Result, error) {
+func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collection, filter deadletter.Filter, validator bson.D, opts []replay.Option) (replay.Result, error) {
 	o := append(opts, replay.WithDryRun())
 	if validator != nil {
 		o = append(o, replay.WithValidator(validator))

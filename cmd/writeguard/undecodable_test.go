@@ -11,6 +11,7 @@ import (
 
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/conn"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/demo"
+	deadletter "github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 )
 
@@ -27,7 +28,7 @@ func hostileDLQ(t *testing.T, secret string) string {
 	}
 	defer c.Close(ctx)
 	db := c.Client.Database(demo.DefaultDatabase)
-	if _, err := envelope.EnsureCollection(ctx, db, demo.DefaultDLQ); err != nil {
+	if _, err := deadletter.EnsureCollection(ctx, db, demo.DefaultDLQ); err != nil {
 		t.Fatal(err)
 	}
 	dlq := db.Collection(demo.DefaultDLQ)
@@ -38,7 +39,7 @@ func hostileDLQ(t *testing.T, secret string) string {
 		envs = append(envs, envelope.Envelope{Original: orig, DocumentID: bson.Raw(orig).Lookup("_id"), Code: 121,
 			Namespace: demo.DefaultDatabase + "." + demo.DefaultCollection, Operation: "insertMany", FirstSeen: now, LastSeen: now})
 	}
-	if err := envelope.NewMongoSink(dlq).Put(ctx, envs[:3]); err != nil {
+	if err := deadletter.NewMongoSink(dlq).Put(ctx, envs[:3]); err != nil {
 		t.Fatal(err)
 	}
 	for i, bad := range []struct {
@@ -169,7 +170,7 @@ func TestDLQStatsAndListNameOneProblem(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := c.Client.Database(demo.DefaultDatabase)
-	if _, err := envelope.EnsureCollection(ctx, db, demo.DefaultDLQ); err != nil {
+	if _, err := deadletter.EnsureCollection(ctx, db, demo.DefaultDLQ); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Collection(demo.DefaultDLQ).InsertOne(ctx, bson.D{{Key: "_id", Value: "bad-fp"}, {Key: "fingerprint", Value: int32(7)},

@@ -39,6 +39,7 @@ import (
 
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/cmd/writeguard/embedded"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/mocks"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
@@ -461,7 +462,7 @@ func (r *cbRec) retryDelays() []time.Duration {
 }
 
 // cbGuard is a guarded collection of the bed with its dead-letter sink
-// (an envelope.MongoSink on the DLQ collection, written through the
+// (a dlq.MongoSink on the DLQ collection, written through the
 // proxy) and its hook recorder.
 type cbGuard struct {
 	*writeguard.Guarded
@@ -488,12 +489,12 @@ func (b *caseBed) guardColl(c *mongo.Collection, opts ...writeguard.Option) *cbG
 	// makes it (created directly: setup is not what these cases test).
 	if _, err := b.ddb.Collection(g.dlqColl).Indexes().CreateOne(b.ctx, mongo.IndexModel{
 		Keys:    bson.D{{Key: "fingerprint", Value: 1}},
-		Options: options.Index().SetUnique(true).SetName(envelope.FingerprintIndexName),
+		Options: options.Index().SetUnique(true).SetName(dlq.FingerprintIndexName),
 	}); err != nil {
 		b.t.Fatalf("DLQ index: %v", err)
 	}
 	base := []writeguard.Option{
-		writeguard.WithDeadLetter(envelope.NewMongoSink(b.db.Collection(g.dlqColl))),
+		writeguard.WithDeadLetter(dlq.NewMongoSink(b.db.Collection(g.dlqColl))),
 		writeguard.WithBackoff(cbFastBackoff),
 		writeguard.WithHooks(g.rec.Hooks()),
 	}

@@ -51,7 +51,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/writeguard/writeguard"
-	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/otelhook"
@@ -564,7 +564,7 @@ func cbMatchAll(bson.Raw) bool { return true }
 // to dead-letter the DLQ failure; (b) the DLQ write's connection drops
 // once: retried, one entry; (c) the same document dead-lettered twice:
 // one entry, attempts 2. The main collection is unchanged in all three.
-// The sink is envelope.MongoSink (one upsert per fingerprint, i.e. an
+// The sink is dlq.MongoSink (one upsert per fingerprint, i.e. an
 // update command) writing through the proxy.
 func TestC13DeadLetterWriteFails(t *testing.T) {
 	t.Run("a: the DLQ rejects the envelope (121)", func(t *testing.T) {
@@ -707,7 +707,7 @@ func TestC13DeadLetterWriteFails(t *testing.T) {
 	})
 }
 
-// C14: the DLQ's TTL. envelope.EnsureCollection with a 7-day TTL, then
+// C14: the DLQ's TTL. dlq.EnsureCollection with a 7-day TTL, then
 // again with 30 days: on FerretDB (no TTL indexes) setup reports the TTL
 // as unsupported and goes on; under MONGODB_URI the index is changed with
 // collMod (checked in the index spec, not by waiting for the TTL
@@ -717,22 +717,22 @@ func TestC13DeadLetterWriteFails(t *testing.T) {
 func TestC14DeadLetterTTL(t *testing.T) {
 	b := newCaseBed(t)
 	const dlqColl = "c14_dlq"
-	rep1, err := envelope.EnsureCollection(b.ctx, b.db, dlqColl, envelope.WithTTL(envelope.DefaultTTLField, 7*24*time.Hour))
+	rep1, err := dlq.EnsureCollection(b.ctx, b.db, dlqColl, dlq.WithTTL(dlq.DefaultTTLField, 7*24*time.Hour))
 	if err != nil {
 		t.Fatalf("EnsureCollection (7 days): %v\n%s", err, rep1)
 	}
-	rep2, err := envelope.EnsureCollection(b.ctx, b.db, dlqColl, envelope.WithTTL(envelope.DefaultTTLField, 30*24*time.Hour))
+	rep2, err := dlq.EnsureCollection(b.ctx, b.db, dlqColl, dlq.WithTTL(dlq.DefaultTTLField, 30*24*time.Hour))
 	if err != nil {
 		t.Fatalf("EnsureCollection (30 days) after 7 days: %v — a TTL change must not break start-up\n%s", err, rep2)
 	}
 	t.Logf("first setup: %s\nsecond setup: %s", rep1, rep2)
 	if cbRealURI() == "" {
-		if st := rep2.State(envelope.FeatureTTLIndex); st != envelope.FeatureUnsupported {
-			t.Errorf("FerretDB TTL index state %q, want %q", st, envelope.FeatureUnsupported)
+		if st := rep2.State(dlq.FeatureTTLIndex); st != dlq.FeatureUnsupported {
+			t.Errorf("FerretDB TTL index state %q, want %q", st, dlq.FeatureUnsupported)
 		}
 	} else {
-		if st := rep2.State(envelope.FeatureTTLIndex); st != envelope.FeatureApplied {
-			t.Errorf("TTL index state after the change %q, want %q (collMod)", st, envelope.FeatureApplied)
+		if st := rep2.State(dlq.FeatureTTLIndex); st != dlq.FeatureApplied {
+			t.Errorf("TTL index state after the change %q, want %q (collMod)", st, dlq.FeatureApplied)
 		}
 		cur, err := b.ddb.Collection(dlqColl).Indexes().List(b.ctx)
 		if err != nil {
@@ -751,12 +751,12 @@ func TestC14DeadLetterTTL(t *testing.T) {
 			t.Error("no TTL index")
 		}
 	}
-	if st := rep2.State(envelope.FeatureFingerprintIndex); st != envelope.FeatureAlready && st != envelope.FeatureApplied {
+	if st := rep2.State(dlq.FeatureFingerprintIndex); st != dlq.FeatureAlready && st != dlq.FeatureApplied {
 		t.Errorf("fingerprint index state %q", st)
 	}
 
 	b.script(faultproxy.Validator(b.ns("c14"), cbRequireQty))
-	g, err := writeguard.Wrap(b.db.Collection("c14"), writeguard.WithDeadLetter(envelope.NewMongoSink(b.db.Collection(dlqColl))))
+	g, err := writeguard.Wrap(b.db.Collection("c14"), writeguard.WithDeadLetter(dlq.NewMongoSink(b.db.Collection(dlqColl))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -770,7 +770,7 @@ func TestC14DeadLetterTTL(t *testing.T) {
 	if len(docs) != 1 {
 		t.Fatalf("DLQ holds %d entries, want 1", len(docs))
 	}
-	for _, f := range []string{"first_seen", envelope.DefaultTTLField} {
+	for _, f := range []string{"first_seen", dlq.DefaultTTLField} {
 		v, err := docs[0].LookupErr(f)
 		if err != nil || v.Type != bson.TypeDateTime {
 			t.Errorf("%s = %v (type %v), want a BSON date", f, v, v.Type)

@@ -24,6 +24,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/policy"
@@ -88,7 +89,7 @@ type dlBed struct {
 	// adb is the database through the proxy, ddb directly.
 	adb, ddb *mongo.Database
 	dlq      *mongo.Collection
-	sink     *envelope.MongoSink
+	sink     *dlq.MongoSink
 }
 
 // newDLBed gives t its own database on the shared server, a proxy
@@ -132,12 +133,12 @@ func newDLBed(t *testing.T, validator bson.D) *dlBed {
 	// Cleanups run last-in first-out: the app client goes before the proxy.
 	t.Cleanup(func() { _ = app.Disconnect(context.Background()) })
 	b.adb = app.Database(b.dbName)
-	rep, err := envelope.EnsureCollection(ctx, b.ddb, dlDLQ)
+	rep, err := dlq.EnsureCollection(ctx, b.ddb, dlDLQ)
 	if err != nil {
 		t.Fatalf("EnsureCollection: %v\n%s", err, rep)
 	}
 	b.dlq = b.ddb.Collection(dlDLQ)
-	b.sink = envelope.NewMongoSink(b.dlq)
+	b.sink = dlq.NewMongoSink(b.dlq)
 	return b
 }
 

@@ -21,6 +21,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/policy"
@@ -132,7 +133,7 @@ func dlConcurrentSize() (total, batch int, lease, limit time.Duration) {
 // originals {_id: "doc-00042", sku, qty}.
 func dlSeedBacklog(t *testing.T, b *dlBed, n int) {
 	t.Helper()
-	sink := envelope.NewMongoSink(b.dlq, envelope.WithInsertFirst())
+	sink := dlq.NewMongoSink(b.dlq, dlq.WithInsertFirst())
 	for lo := 0; lo < n; lo += 1000 {
 		var envs []envelope.Envelope
 		for i := lo; i < min(lo+1000, n); i++ {
@@ -204,7 +205,7 @@ func TestDLReplayConcurrentRunners(t *testing.T) {
 			target = crash
 		}
 		opts := []replay.Option{replay.WithBatchSize(batch), replay.WithLease(lease), replay.WithRunID("drain-1"),
-			replay.WithOwner(fmt.Sprintf("runner-%d", i)), replay.WithFilter(envelope.Filter{Namespaces: []string{b.ns()}})}
+			replay.WithOwner(fmt.Sprintf("runner-%d", i)), replay.WithFilter(dlq.Filter{Namespaces: []string{b.ns()}})}
 		dlq := dlqClient.Database(b.dbName).Collection(dlDLQ)
 		dying := i == runners-1
 		wg.Go(func() {
@@ -271,7 +272,7 @@ func TestDLReplayConcurrentRunners(t *testing.T) {
 	if n := b.count(dlDLQ, bson.D{{Key: "attempts", Value: bson.D{{Key: "$ne", Value: 1}}}}); n != 0 {
 		t.Errorf("%d envelopes with attempts ≠ 1", n)
 	}
-	st, err := envelope.Stats(b.ctx, b.dlq, envelope.Filter{})
+	st, err := dlq.Stats(b.ctx, b.dlq, dlq.Filter{})
 	if err != nil || st.Envelopes != int64(total) || st.Attempts != int64(total) || st.Pending != 0 || len(st.ByStatus) != 1 || st.ByStatus[0].Envelopes != int64(total) {
 		t.Errorf("stats %+v, %v", st, err)
 	}
@@ -425,7 +426,7 @@ func (p *dlProcess) report(t *testing.T) replay.Result {
 // process and envelope.
 func TestDLReplayTwoProcessesEnd(t *testing.T) {
 	b := newDLBed(t, dlSchema)
-	sink := envelope.NewMongoSink(b.dlq, envelope.WithInsertFirst())
+	sink := dlq.NewMongoSink(b.dlq, dlq.WithInsertFirst())
 	var envs []envelope.Envelope
 	for i := range 60 {
 		orig, err := bson.Marshal(dlDoc("_id", fmt.Sprintf("p-%03d", i), "sku", "S", "qty", int32(i%2)))
@@ -505,7 +506,7 @@ func TestDLReplayProcessKilledMidBatch(t *testing.T) {
 		}
 		envs = append(envs, envelope.Envelope{Original: orig, Code: 121, Namespace: b.ns(), Operation: "insertMany", BatchIndex: i})
 	}
-	if err := envelope.NewMongoSink(b.dlq, envelope.WithInsertFirst()).Put(b.ctx, envs); err != nil {
+	if err := dlq.NewMongoSink(b.dlq, dlq.WithInsertFirst()).Put(b.ctx, envs); err != nil {
 		t.Fatal(err)
 	}
 	// The first process's update reaches the server, which applies it;

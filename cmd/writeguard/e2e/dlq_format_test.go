@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/policy"
@@ -114,7 +115,7 @@ func TestC64DLQKeepsExactBytes(t *testing.T) {
 		bson.Raw(dup),
 	}
 	fallback := filepath.Join(t.TempDir(), "fallback.jsonl")
-	fs, err := envelope.NewFileSink(fallback)
+	fs, err := dlq.NewFileSink(fallback)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,15 +150,15 @@ func TestC64DLQKeepsExactBytes(t *testing.T) {
 	if err := fs.Put(b.ctx, envs); err != nil {
 		t.Fatal(err)
 	}
-	fromFile, err := envelope.ReadFile(fallback)
+	fromFile, err := dlq.ReadFile(fallback)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := envelope.EnsureCollection(b.ctx, b.ddb, "recovered"); err != nil {
+	if _, err := dlq.EnsureCollection(b.ctx, b.ddb, "recovered"); err != nil {
 		t.Fatal(err)
 	}
 	recovered := b.ddb.Collection("recovered")
-	if err := envelope.NewMongoSink(recovered).Put(b.ctx, fromFile); err != nil {
+	if err := dlq.NewMongoSink(recovered).Put(b.ctx, fromFile); err != nil {
 		t.Fatalf("recovery from the fallback file: %v", err)
 	}
 	if got := decodedEnvelopes(t, recovered); len(got) != 3 {
@@ -283,7 +284,7 @@ func TestC58SecretNeverStored(t *testing.T) {
 		faultproxy.WriteError{Code: 121, Message: "Document failed validation", ErrInfo: c58ErrInfo(int32(7))})
 	b.proxy.SetScript(faultproxy.MustScript(faultproxy.On("insert").In(b.ns()).Always().Do(reject)))
 	fallback := filepath.Join(t.TempDir(), "fallback.jsonl")
-	fs, err := envelope.NewFileSink(fallback)
+	fs, err := dlq.NewFileSink(fallback)
 	if err != nil {
 		t.Fatal(err)
 	}

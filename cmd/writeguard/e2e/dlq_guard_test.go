@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/replay"
@@ -195,7 +196,7 @@ func TestDLReplayHoldsInFlightUpdate(t *testing.T) {
 	if n := b.count(dlDLQ+replay.LeaseCollectionSuffix, bson.D{{Key: "key", Value: bson.D{{Key: "$exists", Value: true}}}}); n != 0 {
 		t.Errorf("%d leases left, want 0", n)
 	}
-	st, err := envelope.Stats(b.ctx, b.dlq, envelope.Filter{})
+	st, err := dlq.Stats(b.ctx, b.dlq, dlq.Filter{})
 	if err != nil || st.Held != 1 || st.Pending != 1 {
 		t.Errorf("stats: held %d, pending %d (%v); want 1, 1", st.Held, st.Pending, err)
 	}
@@ -302,11 +303,11 @@ func TestDLReplayQuarantine(t *testing.T) {
 			t.Errorf("envelope %v: status %s, replay_failures %d, attempts %d, reason %q", e.DocumentID, e.Status, e.ReplayFailures, e.Attempts, e.ReplayReason)
 		}
 	}
-	st, err := envelope.Stats(b.ctx, b.dlq, envelope.Filter{})
+	st, err := dlq.Stats(b.ctx, b.dlq, dlq.Filter{})
 	if err != nil || st.Quarantined != 5 || st.Pending != 0 {
 		t.Errorf("stats: quarantined %d, pending %d, %v", st.Quarantined, st.Pending, err)
 	}
-	if st, _ := envelope.Stats(b.ctx, b.dlq, envelope.Filter{Statuses: []string{envelope.StatusQuarantined}}); st.Envelopes != 5 {
+	if st, _ := dlq.Stats(b.ctx, b.dlq, dlq.Filter{Statuses: []string{envelope.StatusQuarantined}}); st.Envelopes != 5 {
 		t.Errorf("Filter{Statuses: quarantined} selects %d, want 5", st.Envelopes)
 	}
 	if res, err := replayRun(b, b.replayTarget(), replay.WithQuarantineAfter(2)); err != nil || res.Scanned != 0 {
@@ -352,7 +353,7 @@ func TestDLReplayRefusesForgedEnvelopes(t *testing.T) {
 	if err := b.sink.Put(b.ctx, envs); err != nil {
 		t.Fatal(err)
 	}
-	all := replay.WithFilter(envelope.Filter{Namespaces: []string{"admin.system.users", b.dbName + "." + dlDLQ, b.ns(), b.dbName + ".other"}})
+	all := replay.WithFilter(dlq.Filter{Namespaces: []string{"admin.system.users", b.dbName + "." + dlDLQ, b.ns(), b.dbName + ".other"}})
 	into := replay.WithInto(b.ns(), "admin.system.users", b.dbName+"."+dlDLQ)
 	want := []string{
 		`namespace "admin.system.users" is in the admin database, which replay never writes`,
@@ -404,7 +405,7 @@ func TestDLReplayRefusesForgedEnvelopes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err = replayRun(b, g, replay.WithFilter(envelope.Filter{Namespaces: []string{"admin.system.users"}}), replay.WithInto("admin.system.users"))
+	res, err = replayRun(b, g, replay.WithFilter(dlq.Filter{Namespaces: []string{"admin.system.users"}}), replay.WithInto("admin.system.users"))
 	if err != nil || res.Refused != 1 || len(res.Problems) != 1 ||
 		res.Problems[0].Reason != `target namespace "admin.system.users" is in the admin database, which replay never writes` {
 		t.Errorf("admin target: %+v, %v", res, err)
@@ -419,8 +420,8 @@ func TestDLReplayRefusesForgedEnvelopes(t *testing.T) {
 func TestDLDiscardAgreesWithReplay(t *testing.T) {
 	b := newDLBed(t, nil)
 	envs := putInsertEnvelopes(t, b, "d-1", "d-2")
-	finish := replayHeldInWrite(b, replay.WithFilter(envelope.Filter{Fingerprints: []string{envelope.Fingerprint(envs[0].Original, false)}}))
-	d, err := replay.Discard(b.ctx, b.dlq, envelope.Filter{Namespaces: []string{b.ns()}})
+	finish := replayHeldInWrite(b, replay.WithFilter(dlq.Filter{Fingerprints: []string{envelope.Fingerprint(envs[0].Original, false)}}))
+	d, err := replay.Discard(b.ctx, b.dlq, dlq.Filter{Namespaces: []string{b.ns()}})
 	res, rerr := finish()
 	if err != nil || d.Discarded != 1 || d.Busy != 1 || len(d.BusyIDs) != 1 {
 		t.Errorf("discard during the replay: %+v, %v; want d-2 discarded, d-1 busy", d, err)
@@ -433,7 +434,7 @@ func TestDLDiscardAgreesWithReplay(t *testing.T) {
 		t.Errorf("statuses %s, %s; want replayed (the replay won), discarded", got[0].Status, got[1].Status)
 	}
 	// d-2, discarded first, is not written by a later replay.
-	res, err = replayRun(b, b.replayTarget(), replay.WithFilter(envelope.Filter{Namespaces: []string{b.ns()}}))
+	res, err = replayRun(b, b.replayTarget(), replay.WithFilter(dlq.Filter{Namespaces: []string{b.ns()}}))
 	if err != nil || res.Scanned != 0 {
 		t.Errorf("replay after the discard: %+v, %v", res.Counts, err)
 	}

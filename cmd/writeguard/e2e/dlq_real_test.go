@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/replay"
 )
@@ -85,33 +86,33 @@ func dlTTLOf(t *testing.T, coll *mongo.Collection, field string) (float64, bool)
 func TestDLRealEnsureCollection(t *testing.T) {
 	_, db := dlRealDB(t)
 	ctx := context.Background()
-	rep, err := envelope.EnsureCollection(ctx, db, "dlq")
+	rep, err := dlq.EnsureCollection(ctx, db, "dlq")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, rep)
 	}
 	t.Logf("first run:\n%s", rep)
-	for _, f := range []string{envelope.FeatureCollection, envelope.FeatureValidator, envelope.FeatureFingerprintIndex, envelope.FeatureTTLIndex, envelope.FeatureStatusIndex} {
-		if rep.State(f) != envelope.FeatureApplied {
+	for _, f := range []string{dlq.FeatureCollection, dlq.FeatureValidator, dlq.FeatureFingerprintIndex, dlq.FeatureTTLIndex, dlq.FeatureStatusIndex} {
+		if rep.State(f) != dlq.FeatureApplied {
 			t.Errorf("first run: %s = %q, want applied", f, rep.State(f))
 		}
 	}
-	if ttl, ok := dlTTLOf(t, db.Collection("dlq"), "last_seen"); !ok || ttl != envelope.DefaultTTL.Seconds() {
-		t.Errorf("TTL %v (%v), want %v", ttl, ok, envelope.DefaultTTL.Seconds())
+	if ttl, ok := dlTTLOf(t, db.Collection("dlq"), "last_seen"); !ok || ttl != dlq.DefaultTTL.Seconds() {
+		t.Errorf("TTL %v (%v), want %v", ttl, ok, dlq.DefaultTTL.Seconds())
 	}
-	rep, err = envelope.EnsureCollection(ctx, db, "dlq")
+	rep, err = dlq.EnsureCollection(ctx, db, "dlq")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{envelope.FeatureCollection, envelope.FeatureValidator, envelope.FeatureFingerprintIndex, envelope.FeatureTTLIndex, envelope.FeatureStatusIndex} {
-		if rep.State(f) != envelope.FeatureAlready {
+	for _, f := range []string{dlq.FeatureCollection, dlq.FeatureValidator, dlq.FeatureFingerprintIndex, dlq.FeatureTTLIndex, dlq.FeatureStatusIndex} {
+		if rep.State(f) != dlq.FeatureAlready {
 			t.Errorf("second run: %s = %q, want already", f, rep.State(f))
 		}
 	}
-	rep, err = envelope.EnsureCollection(ctx, db, "dlq", envelope.WithTTL("", time.Hour))
+	rep, err = dlq.EnsureCollection(ctx, db, "dlq", dlq.WithTTL("", time.Hour))
 	if err != nil {
 		t.Fatalf("changed TTL: %v\n%s", err, rep)
 	}
-	if fr, _ := rep.Feature(envelope.FeatureTTLIndex); fr.State != envelope.FeatureApplied || !strings.Contains(fr.Detail, "changed from 1209600 to 3600") {
+	if fr, _ := rep.Feature(dlq.FeatureTTLIndex); fr.State != dlq.FeatureApplied || !strings.Contains(fr.Detail, "changed from 1209600 to 3600") {
 		t.Errorf("changed TTL: %s", fr)
 	}
 	if ttl, _ := dlTTLOf(t, db.Collection("dlq"), "last_seen"); ttl != 3600 {
@@ -125,15 +126,15 @@ func TestDLRealEnsureCollection(t *testing.T) {
 	if _, err := db.Collection("dlq2").Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "last_seen", Value: 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = envelope.EnsureCollection(ctx, db, "dlq2")
+	rep, err = dlq.EnsureCollection(ctx, db, "dlq2")
 	t.Logf("hand-made collection:\n%s", rep)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fr, _ := rep.Feature(envelope.FeatureValidator); fr.State != envelope.FeatureApplied || !strings.Contains(fr.Detail, "replaced") {
+	if fr, _ := rep.Feature(dlq.FeatureValidator); fr.State != dlq.FeatureApplied || !strings.Contains(fr.Detail, "replaced") {
 		t.Errorf("validator: %s", fr)
 	}
-	if fr, _ := rep.Feature(envelope.FeatureTTLIndex); fr.State != envelope.FeatureApplied || !strings.Contains(fr.Detail, "made TTL") {
+	if fr, _ := rep.Feature(dlq.FeatureTTLIndex); fr.State != dlq.FeatureApplied || !strings.Contains(fr.Detail, "made TTL") {
 		t.Errorf("plain index made TTL: %s", fr)
 	}
 }
@@ -143,10 +144,10 @@ func TestDLRealEnsureCollection(t *testing.T) {
 func TestDLRealPutRace(t *testing.T) {
 	_, db := dlRealDB(t)
 	ctx := context.Background()
-	if _, err := envelope.EnsureCollection(ctx, db, "dlq"); err != nil {
+	if _, err := dlq.EnsureCollection(ctx, db, "dlq"); err != nil {
 		t.Fatal(err)
 	}
-	dlq := db.Collection("dlq")
+	dlqColl := db.Collection("dlq")
 	const n = 8
 	for round := 0; round < 5; round++ {
 		orig, _ := bson.Marshal(dlDoc("_id", fmt.Sprintf("race-%d", round)))
@@ -154,7 +155,7 @@ func TestDLRealPutRace(t *testing.T) {
 		start := make(chan struct{})
 		var wg sync.WaitGroup
 		for i := 0; i < n; i++ {
-			sink := envelope.NewMongoSink(dlq)
+			sink := dlq.NewMongoSink(dlqColl)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -166,7 +167,7 @@ func TestDLRealPutRace(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		st, err := envelope.Stats(ctx, dlq, envelope.Filter{Fingerprints: []string{envelope.Fingerprint(orig, false)}})
+		st, err := dlq.Stats(ctx, dlqColl, dlq.Filter{Fingerprints: []string{envelope.Fingerprint(orig, false)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,17 +184,17 @@ func TestDLRealPutRace(t *testing.T) {
 func TestDLRealCaptureAndReplay(t *testing.T) {
 	_, db := dlRealDB(t)
 	ctx := context.Background()
-	if _, err := envelope.EnsureCollection(ctx, db, "dlq"); err != nil {
+	if _, err := dlq.EnsureCollection(ctx, db, "dlq"); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.CreateCollection(ctx, "orders", options.CreateCollection().SetValidator(dlSchema)); err != nil {
 		t.Fatal(err)
 	}
-	orders, dlq := db.Collection("orders"), db.Collection("dlq")
+	orders, dlqColl := db.Collection("orders"), db.Collection("dlq")
 	if _, err := orders.InsertOne(ctx, dlDoc("_id", int32(100), "sku", "U", "qty", int32(1))); err != nil {
 		t.Fatal(err)
 	}
-	g, err := writeguard.Wrap(orders, writeguard.WithDeadLetter(envelope.NewMongoSink(dlq)), writeguard.WithBackoff(dlFastBackoff))
+	g, err := writeguard.Wrap(orders, writeguard.WithDeadLetter(dlq.NewMongoSink(dlqColl)), writeguard.WithBackoff(dlFastBackoff))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,13 +208,13 @@ func TestDLRealCaptureAndReplay(t *testing.T) {
 	if !ok || rep.Count(writeguard.DeadLettered) != 3 {
 		t.Fatalf("BulkWrite: %v", err)
 	}
-	st, err := envelope.Stats(ctx, dlq, envelope.Filter{})
+	st, err := dlq.Stats(ctx, dlqColl, dlq.Filter{})
 	if err != nil || st.Envelopes != 3 {
 		t.Fatalf("stats %+v, %v", st, err)
 	}
 	t.Logf("keywords %v, paths %v", st.ByKeyword, st.ByPath)
 
-	res, err := replay.Run(ctx, dlq, orders, replay.WithDryRun())
+	res, err := replay.Run(ctx, dlqColl, orders, replay.WithDryRun())
 	if err != nil {
 		t.Fatalf("dry run: %v", err)
 	}
@@ -222,14 +223,14 @@ func TestDLRealCaptureAndReplay(t *testing.T) {
 	}
 	// Widen: qty optional, any number.
 	wide := bson.D{{Key: "$jsonSchema", Value: bson.D{{Key: "properties", Value: bson.D{{Key: "qty", Value: bson.D{{Key: "bsonType", Value: "number"}}}}}}}}
-	res, err = replay.Run(ctx, dlq, orders, replay.WithDryRun(), replay.WithValidator(wide))
+	res, err = replay.Run(ctx, dlqColl, orders, replay.WithDryRun(), replay.WithValidator(wide))
 	if err != nil || res.WouldPass != 2 {
 		t.Errorf("dry run of a proposed validator: %+v, %v", res, err)
 	}
 	if err := db.RunCommand(ctx, bson.D{{Key: "collMod", Value: "orders"}, {Key: "validator", Value: wide}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	res, err = replay.Run(ctx, dlq, orders, replay.WithDryRun())
+	res, err = replay.Run(ctx, dlqColl, orders, replay.WithDryRun())
 	if err != nil || res.WouldPass != 2 || res.WouldFail != 0 {
 		t.Errorf("dry run after the fix: %+v, %v", res, err)
 	}
@@ -237,7 +238,7 @@ func TestDLRealCaptureAndReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err = replay.Run(ctx, dlq, target, replay.WithOperations(replay.Inserts|replay.Updates))
+	res, err = replay.Run(ctx, dlqColl, target, replay.WithOperations(replay.Inserts|replay.Updates))
 	if err != nil || res.Replayed != 3 {
 		t.Fatalf("replay: %+v, %v", res, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/replay"
@@ -93,7 +94,7 @@ func TestDLReplayAfterWidening(t *testing.T) {
 		t.Errorf("second run: %+v, %v", res, err)
 	}
 	// Listing replayed envelopes replays them again: all met by _id.
-	res, err = replayRun(b, b.replayTarget(), replay.WithFilter(envelope.Filter{Statuses: []string{envelope.StatusReplayed}}))
+	res, err = replayRun(b, b.replayTarget(), replay.WithFilter(dlq.Filter{Statuses: []string{envelope.StatusReplayed}}))
 	if err != nil || res.Replayed != 5 || res.ReplayedByDuplicate != 5 {
 		t.Errorf("replaying replayed envelopes: %+v, %v", res, err)
 	}
@@ -179,7 +180,7 @@ func TestDLReplayStillInvalid(t *testing.T) {
 	if err != nil || res.StillInvalid != 5 {
 		t.Errorf("plain collection target: %+v, %v", res, err)
 	}
-	if st, _ := envelope.Stats(b.ctx, b.dlq, envelope.Filter{}); st.Attempts != 15 {
+	if st, _ := dlq.Stats(b.ctx, b.dlq, dlq.Filter{}); st.Attempts != 15 {
 		t.Errorf("attempts %d after two replays, want 15", st.Attempts)
 	}
 	if n := b.count(dlTarget, bson.D{}); n != 2 {
@@ -202,7 +203,7 @@ func TestDLReplayTargetDeadLetters(t *testing.T) {
 	if res.StillInvalid != 5 || res.TargetDeadLettered != 5 {
 		t.Errorf("result %+v", res)
 	}
-	st, err := envelope.Stats(b.ctx, b.dlq, envelope.Filter{})
+	st, err := dlq.Stats(b.ctx, b.dlq, dlq.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +220,7 @@ func TestDLReplayTargetDeadLetters(t *testing.T) {
 func TestDLReplayFilterAndSkips(t *testing.T) {
 	b := newDLBed(t, dlSchema)
 	dlBacklog(t, b)
-	redacted := envelope.NewMongoSink(b.dlq, envelope.WithRedact(func(o bson.Raw) bson.Raw {
+	redacted := dlq.NewMongoSink(b.dlq, dlq.WithRedact(func(o bson.Raw) bson.Raw {
 		d := bson.D{{Key: "_id", Value: o.Lookup("_id")}, {Key: "sku", Value: "REDACTED"}}
 		raw, _ := bson.Marshal(d)
 		return raw
@@ -235,7 +236,7 @@ func TestDLReplayFilterAndSkips(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.setValidator(nil)
-	res, err := replayRun(b, b.replayTarget(), replay.WithFilter(envelope.Filter{Keywords: []string{"minimum"}}))
+	res, err := replayRun(b, b.replayTarget(), replay.WithFilter(dlq.Filter{Keywords: []string{"minimum"}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 )
 
@@ -25,7 +26,7 @@ func TestDLSinkRefusesUnacknowledged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, opts := range [][]envelope.SinkOption{nil, {envelope.WithInsertFirst()}} {
+	for _, opts := range [][]dlq.SinkOption{nil, {dlq.WithInsertFirst()}} {
 		// A client of its own per sink: FerretDB answers an unacknowledged
 		// (moreToCome) write all the same, and the next command on that
 		// connection (the sink's listIndexes) would read that answer.
@@ -35,17 +36,17 @@ func TestDLSinkRefusesUnacknowledged(t *testing.T) {
 		}
 		defer c.Disconnect(b.ctx)
 		unacked0 := c.Database(b.dbName).Collection(dlDLQ, options.Collection().SetWriteConcern(writeconcern.Unacknowledged()))
-		sink := envelope.NewMongoSink(unacked0, opts...)
+		sink := dlq.NewMongoSink(unacked0, opts...)
 		err := sink.Put(b.ctx, []envelope.Envelope{{Original: raw, Code: 121, Namespace: b.ns(), Operation: "insertOne"}})
-		if !errors.Is(err, envelope.ErrUnacknowledgedSink) {
+		if !errors.Is(err, dlq.ErrUnacknowledgedSink) {
 			t.Errorf("Put through w:0 (%d options): %v, want ErrUnacknowledgedSink", len(opts), err)
 		}
 		// Later Puts refuse at once: nothing more is sent unacknowledged.
-		if err := sink.Put(b.ctx, []envelope.Envelope{{Original: raw, Code: 121, Namespace: b.ns(), Operation: "insertOne"}}); !errors.Is(err, envelope.ErrUnacknowledgedSink) {
+		if err := sink.Put(b.ctx, []envelope.Envelope{{Original: raw, Code: 121, Namespace: b.ns(), Operation: "insertOne"}}); !errors.Is(err, dlq.ErrUnacknowledgedSink) {
 			t.Errorf("second Put through w:0 (%d options): %v, want ErrUnacknowledgedSink", len(opts), err)
 		}
 	}
-	g, err := writeguard.Wrap(b.adb.Collection(dlTarget), writeguard.WithDeadLetter(envelope.NewMongoSink(unacked)),
+	g, err := writeguard.Wrap(b.adb.Collection(dlTarget), writeguard.WithDeadLetter(dlq.NewMongoSink(unacked)),
 		writeguard.WithBackoff(dlFastBackoff))
 	if err != nil {
 		t.Fatal(err)

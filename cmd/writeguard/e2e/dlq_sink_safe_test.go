@@ -10,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 )
@@ -40,8 +41,8 @@ func dlEnvelope(t *testing.T, id int, sku string) envelope.Envelope {
 func TestDLSinkReestablishesDroppedIndexes(t *testing.T) {
 	b := newDLBed(t, nil)
 	var logged bytes.Buffer
-	sink := envelope.NewMongoSink(b.dlq, envelope.WithInsertFirst(),
-		envelope.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	sink := dlq.NewMongoSink(b.dlq, dlq.WithInsertFirst(),
+		dlq.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
 	env := dlEnvelope(t, 1, "A")
 	if err := sink.Put(b.ctx, []envelope.Envelope{env}); err != nil {
 		t.Fatal(err)
@@ -66,8 +67,8 @@ func TestDLSinkReestablishesDroppedIndexes(t *testing.T) {
 	if !strings.Contains(logged.String(), "re-established") || !strings.Contains(logged.String(), b.dbName+"."+dlDLQ) {
 		t.Errorf("log does not say so: %q", logged.String())
 	}
-	rep, err := envelope.EnsureCollection(b.ctx, b.ddb, dlDLQ)
-	if err != nil || rep.State(envelope.FeatureFingerprintIndex) != envelope.FeatureAlready {
+	rep, err := dlq.EnsureCollection(b.ctx, b.ddb, dlDLQ)
+	if err != nil || rep.State(dlq.FeatureFingerprintIndex) != dlq.FeatureAlready {
 		t.Errorf("fingerprint index after the drop: %v %v", rep, err)
 	}
 }
@@ -88,10 +89,10 @@ func TestDLSinkRefusesWithoutUniqueIndex(t *testing.T) {
 	if _, err := b.dlq.InsertMany(b.ctx, []any{doc, doc}); err != nil {
 		t.Fatal(err)
 	}
-	sink := envelope.NewMongoSink(b.dlq, envelope.WithInsertFirst())
+	sink := dlq.NewMongoSink(b.dlq, dlq.WithInsertFirst())
 	other := dlEnvelope(t, 2, "B")
 	err = sink.Put(b.ctx, []envelope.Envelope{other})
-	if !errors.Is(err, envelope.ErrIndexMissing) {
+	if !errors.Is(err, dlq.ErrIndexMissing) {
 		t.Fatalf("Put without the unique index: %v, want ErrIndexMissing", err)
 	}
 	if n := b.count(dlDLQ, bson.D{{Key: "fingerprint", Value: other.Fingerprint}}); n != 0 {
@@ -126,11 +127,11 @@ func TestDLSinkPutEachPartial(t *testing.T) {
 				faultproxy.On("update").In(b.dbName+"."+dlDLQ).Always().Do(faultproxy.RejectDocuments(match, we)),
 				faultproxy.On("insert").In(b.dbName+"."+dlDLQ).Always().Do(faultproxy.RejectDocuments(match, we)),
 			))
-			var opts []envelope.SinkOption
+			var opts []dlq.SinkOption
 			if insertFirst {
-				opts = append(opts, envelope.WithInsertFirst())
+				opts = append(opts, dlq.WithInsertFirst())
 			}
-			sink := envelope.NewMongoSink(b.adb.Collection(dlDLQ), opts...)
+			sink := dlq.NewMongoSink(b.adb.Collection(dlDLQ), opts...)
 			errs := sink.PutEach(b.ctx, envs)
 			if errs[0] != nil || errs[2] != nil {
 				t.Errorf("stored envelopes reported failed: %v", errs)
@@ -167,7 +168,7 @@ func TestDLSinkIndexCheckUnauthorized(t *testing.T) {
 		faultproxy.On("listIndexes").In(b.dbName + "." + dlDLQ).Always().Do(faultproxy.ErrorReply(faultproxy.CommandError{Code: 13, CodeName: "Unauthorized", Message: "not authorized"})),
 	))
 	var logged bytes.Buffer
-	sink := envelope.NewMongoSink(b.adb.Collection(dlDLQ), envelope.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	sink := dlq.NewMongoSink(b.adb.Collection(dlDLQ), dlq.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
 	for i := 1; i <= 2; i++ {
 		if err := sink.Put(b.ctx, []envelope.Envelope{dlEnvelope(t, i, "A")}); err != nil {
 			t.Fatalf("Put %d: %v", i, err)

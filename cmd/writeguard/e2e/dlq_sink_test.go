@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/replay"
@@ -25,24 +26,24 @@ import (
 // indexes are still made; a second run reports them already there.
 func TestDLEnsureCollectionFerretDB(t *testing.T) {
 	b := newDLBed(t, nil)
-	rep, err := envelope.EnsureCollection(b.ctx, b.ddb, "dlq2")
+	rep, err := dlq.EnsureCollection(b.ctx, b.ddb, "dlq2")
 	if err != nil {
 		t.Fatalf("EnsureCollection: %v\n%s", err, rep)
 	}
 	t.Logf("first run:\n%s", rep)
-	want := map[string]envelope.FeatureState{
-		envelope.FeatureCollection:       envelope.FeatureApplied,
-		envelope.FeatureValidator:        envelope.FeatureUnsupported,
-		envelope.FeatureFingerprintIndex: envelope.FeatureApplied,
-		envelope.FeatureTTLIndex:         envelope.FeatureUnsupported,
-		envelope.FeatureStatusIndex:      envelope.FeatureApplied,
+	want := map[string]dlq.FeatureState{
+		dlq.FeatureCollection:       dlq.FeatureApplied,
+		dlq.FeatureValidator:        dlq.FeatureUnsupported,
+		dlq.FeatureFingerprintIndex: dlq.FeatureApplied,
+		dlq.FeatureTTLIndex:         dlq.FeatureUnsupported,
+		dlq.FeatureStatusIndex:      dlq.FeatureApplied,
 	}
 	for f, st := range want {
 		if got := rep.State(f); got != st {
 			t.Errorf("first run: %s = %q, want %q", f, got, st)
 		}
 	}
-	for _, f := range []string{envelope.FeatureValidator, envelope.FeatureTTLIndex} {
+	for _, f := range []string{dlq.FeatureValidator, dlq.FeatureTTLIndex} {
 		if fr, _ := rep.Feature(f); fr.Code != 238 || fr.Message == "" {
 			t.Errorf("%s: code %d message %q, want 238 and the server's message", f, fr.Code, fr.Message)
 		}
@@ -51,14 +52,14 @@ func TestDLEnsureCollectionFerretDB(t *testing.T) {
 		t.Errorf("report: %s", rep)
 	}
 
-	rep, err = envelope.EnsureCollection(b.ctx, b.ddb, "dlq2")
+	rep, err = dlq.EnsureCollection(b.ctx, b.ddb, "dlq2")
 	if err != nil {
 		t.Fatalf("second EnsureCollection: %v", err)
 	}
 	t.Logf("second run:\n%s", rep)
-	want[envelope.FeatureCollection] = envelope.FeatureAlready
-	want[envelope.FeatureFingerprintIndex] = envelope.FeatureAlready
-	want[envelope.FeatureStatusIndex] = envelope.FeatureAlready
+	want[dlq.FeatureCollection] = dlq.FeatureAlready
+	want[dlq.FeatureFingerprintIndex] = dlq.FeatureAlready
+	want[dlq.FeatureStatusIndex] = dlq.FeatureAlready
 	for f, st := range want {
 		if got := rep.State(f); got != st {
 			t.Errorf("second run: %s = %q, want %q", f, got, st)
@@ -76,21 +77,21 @@ func TestDLEnsureCollectionFerretDB(t *testing.T) {
 	}
 	found := false
 	for _, ix := range idx {
-		if ix["name"] == envelope.FingerprintIndexName && ix["unique"] == true {
+		if ix["name"] == dlq.FingerprintIndexName && ix["unique"] == true {
 			found = true
 		}
 	}
 	if !found {
-		t.Errorf("no unique %s index: %v", envelope.FingerprintIndexName, idx)
+		t.Errorf("no unique %s index: %v", dlq.FingerprintIndexName, idx)
 	}
 
 	// Options: no validator, no TTL, no status index.
-	rep, err = envelope.EnsureCollection(b.ctx, b.ddb, "dlq3", envelope.WithoutValidator(), envelope.WithTTL("", 0), envelope.WithoutStatusIndex())
+	rep, err = dlq.EnsureCollection(b.ctx, b.ddb, "dlq3", dlq.WithoutValidator(), dlq.WithTTL("", 0), dlq.WithoutStatusIndex())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{envelope.FeatureValidator, envelope.FeatureTTLIndex, envelope.FeatureStatusIndex} {
-		if rep.State(f) != envelope.FeatureDisabled {
+	for _, f := range []string{dlq.FeatureValidator, dlq.FeatureTTLIndex, dlq.FeatureStatusIndex} {
+		if rep.State(f) != dlq.FeatureDisabled {
 			t.Errorf("%s = %q, want disabled", f, rep.State(f))
 		}
 	}
@@ -98,8 +99,8 @@ func TestDLEnsureCollectionFerretDB(t *testing.T) {
 	if _, err := b.ddb.Collection("dlq4").Indexes().CreateOne(b.ctx, mongo.IndexModel{Keys: bson.D{{Key: "fingerprint", Value: 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = envelope.EnsureCollection(b.ctx, b.ddb, "dlq4")
-	if err == nil || rep.State(envelope.FeatureFingerprintIndex) != envelope.FeatureFailed {
+	rep, err = dlq.EnsureCollection(b.ctx, b.ddb, "dlq4")
+	if err == nil || rep.State(dlq.FeatureFingerprintIndex) != dlq.FeatureFailed {
 		t.Errorf("non-unique fingerprint index: err %v, report\n%s", err, rep)
 	}
 }
@@ -170,7 +171,7 @@ func TestDLSinkCaptureGuardedInsertMany(t *testing.T) {
 
 	// Discard one, then recapture the same three payloads (new _ids for
 	// the two without one: the fingerprint leaves them out).
-	n, err := envelope.Discard(b.ctx, b.dlq, envelope.Filter{Keywords: []string{"minimum"}})
+	n, err := dlq.Discard(b.ctx, b.dlq, dlq.Filter{Keywords: []string{"minimum"}})
 	if err != nil || n != 1 {
 		t.Fatalf("Discard: %d, %v", n, err)
 	}
@@ -221,7 +222,7 @@ func TestDLSinkConcurrentCapture(t *testing.T) {
 		for err := range errs {
 			t.Errorf("round %d: InsertOne: %v", round, err)
 		}
-		got, err := envelope.Stats(b.ctx, b.dlq, envelope.Filter{})
+		got, err := dlq.Stats(b.ctx, b.dlq, dlq.Filter{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,13 +243,13 @@ func TestDLSinkConcurrentCapture(t *testing.T) {
 func TestDLSinkPutRace(t *testing.T) {
 	for _, mode := range []struct {
 		name string
-		opts []envelope.SinkOption
-	}{{"upserts", nil}, {"insert-first", []envelope.SinkOption{envelope.WithInsertFirst()}}} {
+		opts []dlq.SinkOption
+	}{{"upserts", nil}, {"insert-first", []dlq.SinkOption{dlq.WithInsertFirst()}}} {
 		t.Run(mode.name, func(t *testing.T) {
 			b := newDLBed(t, nil)
-			shared := envelope.NewMongoSink(b.dlq, mode.opts...)
+			shared := dlq.NewMongoSink(b.dlq, mode.opts...)
 			const n, rounds = 8, 5
-			race := func(round int, one bool) envelope.Summary {
+			race := func(round int, one bool) dlq.Summary {
 				orig, _ := bson.Marshal(dlDoc("_id", fmt.Sprintf("race-%d-%v", round, one), "v", int32(round)))
 				env := envelope.Envelope{Original: orig, Fingerprint: envelope.Fingerprint(orig, false), Code: 121,
 					Namespace: b.ns(), Operation: "insertOne", FirstSeen: time.Now().UTC(), LastSeen: time.Now().UTC(), Attempts: 1}
@@ -257,7 +258,7 @@ func TestDLSinkPutRace(t *testing.T) {
 				for i := 0; i < n; i++ {
 					sink := shared
 					if !one {
-						sink = envelope.NewMongoSink(b.dlq, mode.opts...)
+						sink = dlq.NewMongoSink(b.dlq, mode.opts...)
 					}
 					wg.Add(1)
 					go func() {
@@ -270,7 +271,7 @@ func TestDLSinkPutRace(t *testing.T) {
 				}
 				close(start)
 				wg.Wait()
-				got, err := envelope.Stats(b.ctx, b.dlq, envelope.Filter{Fingerprints: []string{env.Fingerprint}})
+				got, err := dlq.Stats(b.ctx, b.dlq, dlq.Filter{Fingerprints: []string{env.Fingerprint}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -314,7 +315,7 @@ func TestDLSinkThousandInOnePut(t *testing.T) {
 		}
 		return envs
 	}
-	put := func(b *dlBed, sink *envelope.MongoSink, envs []envelope.Envelope, wantIns, wantUpd int) time.Duration {
+	put := func(b *dlBed, sink *dlq.MongoSink, envs []envelope.Envelope, wantIns, wantUpd int) time.Duration {
 		ns := b.dbName + "." + dlDLQ
 		b.cmds.reset()
 		t0 := time.Now()
@@ -328,7 +329,7 @@ func TestDLSinkThousandInOnePut(t *testing.T) {
 		return d
 	}
 	check := func(b *dlBed, envelopes, attempts int64) {
-		st, err := envelope.Stats(b.ctx, b.dlq, envelope.Filter{})
+		st, err := dlq.Stats(b.ctx, b.dlq, dlq.Filter{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +340,7 @@ func TestDLSinkThousandInOnePut(t *testing.T) {
 
 	b := newDLBed(t, nil)
 	const n, again = 1000, 40 // FerretDB scans the collection per recapture update: keep CI fast
-	fast := envelope.NewMongoSink(b.dlq, envelope.WithInsertFirst())
+	fast := dlq.NewMongoSink(b.dlq, dlq.WithInsertFirst())
 	envs := mk(b, n, "S")
 	first := put(b, fast, envs, 1, 0)
 	later := envs[0].LastSeen.Add(time.Second)
@@ -407,12 +408,12 @@ func TestDLFallbackFileThenReplay(t *testing.T) {
 		faultproxy.On("insert").In(b.dbName+"."+dlDLQ).Always().Do(faultproxy.ErrorReply(faultproxy.CommandError{Code: 13, CodeName: "Unauthorized"})),
 	))
 	path := filepath.Join(t.TempDir(), "fallback.jsonl")
-	fs, err := envelope.NewFileSink(path)
+	fs, err := dlq.NewFileSink(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fs.Close()
-	g, err := writeguard.Wrap(b.adb.Collection(dlTarget), writeguard.WithDeadLetter(envelope.NewMongoSink(b.adb.Collection(dlDLQ))),
+	g, err := writeguard.Wrap(b.adb.Collection(dlTarget), writeguard.WithDeadLetter(dlq.NewMongoSink(b.adb.Collection(dlDLQ))),
 		writeguard.WithFallbackDeadLetter(fs), writeguard.WithBackoff(dlFastBackoff))
 	if err != nil {
 		t.Fatal(err)
@@ -424,7 +425,7 @@ func TestDLFallbackFileThenReplay(t *testing.T) {
 	if n := b.count(dlDLQ, bson.D{}); n != 0 {
 		t.Fatalf("the failing DLQ holds %d envelopes", n)
 	}
-	envs, err := envelope.ReadFile(path)
+	envs, err := dlq.ReadFile(path)
 	if err != nil || len(envs) != 2 {
 		t.Fatalf("ReadFile: %d envelopes, %v", len(envs), err)
 	}
@@ -470,7 +471,7 @@ func TestDLStatsAndDiscard(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	st, err := envelope.Stats(b.ctx, b.dlq, envelope.Filter{})
+	st, err := dlq.Stats(b.ctx, b.dlq, dlq.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,18 +479,18 @@ func TestDLStatsAndDiscard(t *testing.T) {
 	if st.Envelopes != 7 || st.Attempts != 8 || st.Pending != 7 {
 		t.Errorf("envelopes %d attempts %d pending %d; want 7, 8, 7", st.Envelopes, st.Attempts, st.Pending)
 	}
-	wantKW := []envelope.Group{{Key: "required", Envelopes: 4, Attempts: 5}, {Key: "minimum", Envelopes: 2, Attempts: 2}, {Key: "bsonType", Envelopes: 1, Attempts: 1}}
+	wantKW := []dlq.Group{{Key: "required", Envelopes: 4, Attempts: 5}, {Key: "minimum", Envelopes: 2, Attempts: 2}, {Key: "bsonType", Envelopes: 1, Attempts: 1}}
 	if !slices.Equal(st.ByKeyword, wantKW) {
 		t.Errorf("by keyword %v, want %v", st.ByKeyword, wantKW)
 	}
-	wantPath := []envelope.Group{{Key: "qty", Envelopes: 6, Attempts: 7}, {Key: "email", Envelopes: 1, Attempts: 1}}
+	wantPath := []dlq.Group{{Key: "qty", Envelopes: 6, Attempts: 7}, {Key: "email", Envelopes: 1, Attempts: 1}}
 	if !slices.Equal(st.ByPath, wantPath) {
 		t.Errorf("by path %v, want %v", st.ByPath, wantPath)
 	}
 	if len(st.ByCode) != 1 || st.ByCode[0].Code != 121 || st.ByCode[0].Envelopes != 7 {
 		t.Errorf("by code %v", st.ByCode)
 	}
-	wantNS := []envelope.Group{{Key: b.ns(), Envelopes: 6, Attempts: 7}, {Key: b.dbName + ".users", Envelopes: 1, Attempts: 1}}
+	wantNS := []dlq.Group{{Key: b.ns(), Envelopes: 6, Attempts: 7}, {Key: b.dbName + ".users", Envelopes: 1, Attempts: 1}}
 	if !slices.Equal(st.ByNamespace, wantNS) {
 		t.Errorf("by namespace %v, want %v", st.ByNamespace, wantNS)
 	}
@@ -498,7 +499,7 @@ func TestDLStatsAndDiscard(t *testing.T) {
 	}
 
 	// Filters narrow the summary.
-	st, err = envelope.Stats(b.ctx, b.dlq, envelope.Filter{Namespaces: []string{b.ns()}, Paths: []string{"qty"}, NewerThan: time.Hour})
+	st, err = dlq.Stats(b.ctx, b.dlq, dlq.Filter{Namespaces: []string{b.ns()}, Paths: []string{"qty"}, NewerThan: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,31 +508,31 @@ func TestDLStatsAndDiscard(t *testing.T) {
 	}
 
 	// Discard.
-	if _, err := envelope.Discard(b.ctx, b.dlq, envelope.Filter{}); !errors.Is(err, envelope.ErrEmptyFilter) {
+	if _, err := dlq.Discard(b.ctx, b.dlq, dlq.Filter{}); !errors.Is(err, dlq.ErrEmptyFilter) {
 		t.Errorf("empty filter: %v", err)
 	}
-	if _, err := envelope.Discard(b.ctx, b.dlq, envelope.Filter{Codes: []int32{-1}}); !errors.Is(err, envelope.ErrBadFilter) {
+	if _, err := dlq.Discard(b.ctx, b.dlq, dlq.Filter{Codes: []int32{-1}}); !errors.Is(err, dlq.ErrBadFilter) {
 		t.Errorf("bad filter: %v", err)
 	}
-	n, err := envelope.Discard(b.ctx, b.dlq, envelope.Filter{Keywords: []string{"minimum", "bsonType"}})
+	n, err := dlq.Discard(b.ctx, b.dlq, dlq.Filter{Keywords: []string{"minimum", "bsonType"}})
 	if err != nil || n != 3 {
 		t.Fatalf("Discard: %d, %v; want 3", n, err)
 	}
-	if n, _ := envelope.Discard(b.ctx, b.dlq, envelope.Filter{Keywords: []string{"minimum"}}); n != 0 {
+	if n, _ := dlq.Discard(b.ctx, b.dlq, dlq.Filter{Keywords: []string{"minimum"}}); n != 0 {
 		t.Errorf("second Discard marked %d", n)
 	}
 	if got := b.count(dlDLQ, bson.D{{Key: "status", Value: envelope.StatusDiscarded}, {Key: "discarded_at", Value: bson.D{{Key: "$exists", Value: true}}}}); got != 3 {
 		t.Errorf("%d discarded envelopes with discarded_at, want 3", got)
 	}
-	st, err = envelope.Stats(b.ctx, b.dlq, envelope.Filter{})
+	st, err = dlq.Stats(b.ctx, b.dlq, dlq.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantStatus := []envelope.Group{{Key: envelope.StatusPending, Envelopes: 4, Attempts: 5}, {Key: envelope.StatusDiscarded, Envelopes: 3, Attempts: 3}}
+	wantStatus := []dlq.Group{{Key: envelope.StatusPending, Envelopes: 4, Attempts: 5}, {Key: envelope.StatusDiscarded, Envelopes: 3, Attempts: 3}}
 	if !slices.Equal(st.ByStatus, wantStatus) || st.Pending != 4 {
 		t.Errorf("by status %v pending %d", st.ByStatus, st.Pending)
 	}
-	n, err = envelope.Discard(b.ctx, b.dlq, envelope.Filter{Statuses: []string{envelope.StatusPending}})
+	n, err = dlq.Discard(b.ctx, b.dlq, dlq.Filter{Statuses: []string{envelope.StatusPending}})
 	if err != nil || n != 4 {
 		t.Errorf("discard all pending: %d, %v", n, err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/conn"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/progress"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/jsonschema"
@@ -198,8 +199,8 @@ type DLQInfo struct {
 	ByKeyword map[string]int64 `json:"by_keyword"`
 	ByPath    map[string]int64 `json:"by_path"`
 	ByCode    map[string]int64 `json:"by_code"`
-	// Summary is envelope.Stats' result, for the table.
-	Summary envelope.Summary `json:"-"`
+	// Summary is dlq.Stats' result, for the table.
+	Summary dlq.Summary `json:"-"`
 }
 
 // batchKey carries a batch's first row index in the context of its
@@ -333,11 +334,11 @@ func guardOrders(db *mongo.Database, cfg Config, kind string, out []rowOutcome, 
 	// The dead-letter sink. On FerretDB, which finds documents by scanning
 	// the collection, upserts by fingerprint grow quadratically: insert
 	// new envelopes first and upsert only the recaptures.
-	var sinkOpts []envelope.SinkOption
+	var sinkOpts []dlq.SinkOption
 	if kind == conn.KindEmbedded {
-		sinkOpts = append(sinkOpts, envelope.WithInsertFirst())
+		sinkOpts = append(sinkOpts, dlq.WithInsertFirst())
 	}
-	sink := envelope.NewMongoSink(db.Collection(cfg.DLQ), sinkOpts...)
+	sink := dlq.NewMongoSink(db.Collection(cfg.DLQ), sinkOpts...)
 	opts := []writeguard.Option{
 		writeguard.WithDeadLetter(sink),
 		writeguard.WithConflictHandler(writeguard.ConflictSkip()),
@@ -476,7 +477,7 @@ func prepare(ctx context.Context, db *mongo.Database, cfg Config, kind string) (
 	if err := db.CreateCollection(ctx, cfg.Collection, co); err != nil {
 		return "", fmt.Errorf("create %s.%s: %w", cfg.Database, cfg.Collection, err)
 	}
-	rep, err := envelope.EnsureCollection(ctx, db, cfg.DLQ)
+	rep, err := dlq.EnsureCollection(ctx, db, cfg.DLQ)
 	if err != nil {
 		return rep.String(), fmt.Errorf("set up the dead-letter collection: %w", err)
 	}
@@ -726,9 +727,9 @@ func readTargetIDs(ctx context.Context, target *mongo.Collection, res *Result) (
 
 // readDLQ reads the dead-letter collection's document ids for this
 // namespace, and its statistics.
-func readDLQ(ctx context.Context, dlq *mongo.Collection, res *Result) (map[string]bool, error) {
+func readDLQ(ctx context.Context, coll *mongo.Collection, res *Result) (map[string]bool, error) {
 	inDLQ := map[string]bool{}
-	dcur, err := dlq.Find(ctx, bson.D{{Key: "namespace", Value: res.Namespace}},
+	dcur, err := coll.Find(ctx, bson.D{{Key: "namespace", Value: res.Namespace}},
 		options.Find().SetProjection(bson.D{{Key: "document_id", Value: 1}}).SetBatchSize(20000))
 	if err != nil {
 		return nil, fmt.Errorf("read the dead-letter collection: %w", err)
@@ -742,7 +743,7 @@ func readDLQ(ctx context.Context, dlq *mongo.Collection, res *Result) (map[strin
 	}
 	_ = dcur.Close(ctx)
 
-	sum, err := envelope.Stats(ctx, dlq, envelope.Filter{Namespaces: []string{res.Namespace}})
+	sum, err := dlq.Stats(ctx, coll, dlq.Filter{Namespaces: []string{res.Namespace}})
 	if err != nil {
 		return nil, fmt.Errorf("dead-letter stats: %w", err)
 	}
@@ -876,9 +877,9 @@ func truthProblems(rows []Row, out []rowOutcome, inTarget map[string]int, expect
 	return problems
 }
 
-// SetupSummary is a one-line form of an EnsureCollection report:
+// SetupSummary is a one-line form of a dlq.EnsureCollection report:
 // "collection applied, validator unsupported (238), ...".
-func SetupSummary(rep envelope.SetupReport) string {
+func SetupSummary(rep dlq.SetupReport) string {
 	parts := make([]string, 0, len(rep.Features))
 	for _, f := range rep.Features {
 		p := f.Feature + " " + string(f.State)

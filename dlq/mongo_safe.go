@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"context"
@@ -8,42 +8,17 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
+	"github.com/writeguard/writeguard/envelope"
 )
 
-var _ PartialSink = (*MongoSink)(nil)
-
-// WithSetup sets the options (WithTTL, WithoutValidator, ...) with which
-// MongoSink re-establishes the dead-letter collection and its indexes when
-// it finds its unique fingerprint index gone (see MongoSink, "Lost
-// indexes"). Default: EnsureCollection's defaults. Give the options the
-// collection was set up with. Ignored by FileSink.
-func WithSetup(opts ...SetupOption) SinkOption {
-	return sinkOptionFunc(func(c *sinkConfig) {
-		for i, o := range opts {
-			if o == nil {
-				c.errs = append(c.errs, fmt.Errorf("envelope: WithSetup: option %d is nil", i))
-				return
-			}
-		}
-		c.setup = append([]SetupOption(nil), opts...)
-	})
-}
-
-// WithLogger sets the logger MongoSink tells, at level Warn, that it
-// found the dead-letter collection's unique fingerprint index gone and
-// what re-establishing it did (the SetupReport), or why it refuses to
-// store. Default: no logging (Put's error and Reestablished still say
-// so). A nil logger means no logging, as everywhere in the module.
-// Ignored by FileSink.
-func WithLogger(l *slog.Logger) SinkOption {
-	return sinkOptionFunc(func(c *sinkConfig) { c.logger = l })
-}
+var _ envelope.PartialSink = (*MongoSink)(nil)
 
 // ErrIndexMissing is wrapped by MongoSink.Put's error when the dead-letter
 // collection's unique fingerprint index is gone and re-establishing it
 // failed: the sink stores nothing rather than envelopes a later capture
 // or replay could duplicate.
-var ErrIndexMissing = errors.New("envelope: the dead-letter collection has no unique index on fingerprint")
+var ErrIndexMissing = errors.New("dlq: the dead-letter collection has no unique index on fingerprint")
 
 // Reestablished returns how many times s found the unique fingerprint
 // index (or the whole collection) gone and re-established it.
@@ -66,7 +41,7 @@ func (s *MongoSink) checkIndexes(ctx context.Context) error {
 		// A role that may write the DLQ but not list its indexes: the
 		// check cannot be made; storing goes on as before it existed.
 		if s.uncheckable.CompareAndSwap(false, true) && s.cfg.logger != nil {
-			s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "envelope: not allowed to list the dead-letter collection's indexes (13 Unauthorized): a lost unique fingerprint index will not be noticed; grant listIndexes",
+			s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dlq: not allowed to list the dead-letter collection's indexes (13 Unauthorized): a lost unique fingerprint index will not be noticed; grant listIndexes",
 				slog.String("namespace", s.coll.Database().Name()+"."+s.coll.Name()))
 		}
 		return nil
@@ -87,14 +62,14 @@ func (s *MongoSink) checkIndexes(ctx context.Context) error {
 	}
 	if err != nil {
 		if s.cfg.logger != nil {
-			s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "envelope: the dead-letter collection lost its unique fingerprint index and it could not be re-established; storing nothing",
+			s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dlq: the dead-letter collection lost its unique fingerprint index and it could not be re-established; storing nothing",
 				slog.String("namespace", ns), slog.String("error", err.Error()))
 		}
 		return fmt.Errorf("%w (%s), and re-establishing it failed; nothing stored: %w", ErrIndexMissing, ns, err)
 	}
 	s.reestablished.Add(1)
 	if s.cfg.logger != nil {
-		s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "envelope: the dead-letter collection had lost its unique fingerprint index (dropped?); re-established it before storing",
+		s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dlq: the dead-letter collection had lost its unique fingerprint index (dropped?); re-established it before storing",
 			slog.String("namespace", ns), slog.String("setup", rep.String()))
 	}
 	return nil
@@ -112,7 +87,7 @@ func (s *MongoSink) hasFingerprintIndex(ctx context.Context) (bool, error) {
 		if hasCode(err, codeNamespaceNotFound) {
 			return false, nil
 		}
-		return false, fmt.Errorf("envelope: checking the dead-letter collection's indexes: %w", err)
+		return false, fmt.Errorf("dlq: checking the dead-letter collection's indexes: %w", err)
 	}
 	ex := findIndex(idx, []keyField{{"fingerprint", 1}})
 	return ex != nil && ex.Unique, nil

@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard/mocks/faultproxy"
+
+	"github.com/writeguard/writeguard/envelope"
 )
 
 // TestShardingVerdict: the fingerprint index holds on an unsharded
@@ -115,7 +117,7 @@ func TestSinkStoresBytesWhenServerRefuses(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
 			env := sampleEnvelope(t)
-			if err := NewMongoSink(c.Database("app").Collection("dlq"), tc.opts...).Put(context.Background(), []Envelope{env}); err != nil {
+			if err := NewMongoSink(c.Database("app").Collection("dlq"), tc.opts...).Put(context.Background(), []envelope.Envelope{env}); err != nil {
 				t.Fatal(err)
 			}
 			if len(sent) != 2 {

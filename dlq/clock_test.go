@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"testing"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/writeguard/writeguard/envelope"
 )
 
 // The sinks stamp envelopes from time.Now, the one time source of the
@@ -15,7 +17,7 @@ func TestTimestampsFromTimeNow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(1500*time.Millisecond + 700*time.Microsecond)
 		want := time.Now().UTC().Truncate(time.Millisecond)
-		raw, err := StoredDocument(Envelope{Original: mustMarshal(t, map[string]int{"a": 1}), Code: 121})
+		raw, err := StoredDocument(envelope.Envelope{Original: mustMarshal(t, map[string]int{"a": 1}), Code: 121})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,10 +1,12 @@
-package envelope
+package dlq
 
 import (
 	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/writeguard/writeguard/envelope"
 )
 
 // A nil collection never panics: NewCheckedMongoSink names it (and a nil
@@ -15,7 +17,7 @@ func TestMongoSinkNilArguments(t *testing.T) {
 		t.Errorf("NewCheckedMongoSink(nil, ..., nil): %v", err)
 	}
 	s := NewMongoSink(nil)
-	err := s.Put(context.Background(), []Envelope{{Original: mustMarshal(t, map[string]int{"a": 1})}})
+	err := s.Put(context.Background(), []envelope.Envelope{{Original: mustMarshal(t, map[string]int{"a": 1})}})
 	if err == nil || !strings.Contains(err.Error(), "no dead-letter collection") {
 		t.Errorf("Put on a sink of a nil collection: %v", err)
 	}
@@ -36,7 +38,7 @@ func TestSinkAndSetupOptionErrors(t *testing.T) {
 	if _, err := NewFileSink(t.TempDir()+"/f.jsonl", nil); err == nil || !strings.Contains(err.Error(), "sink option 0 is nil") {
 		t.Errorf("NewFileSink with a nil option: %v", err)
 	}
-	if _, err := StoredDocument(Envelope{}, WithUpsertRetries(-2)); err == nil || !strings.Contains(err.Error(), "WithUpsertRetries(-2)") {
+	if _, err := StoredDocument(envelope.Envelope{}, WithUpsertRetries(-2)); err == nil || !strings.Contains(err.Error(), "WithUpsertRetries(-2)") {
 		t.Errorf("StoredDocument with a bad option: %v", err)
 	}
 	_, err = EnsureCollection(context.Background(), nil, "", WithTTL("", time.Millisecond), nil)

@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package envelope_test
+package dlq_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 )
 
@@ -29,20 +30,20 @@ func Example() {
 	db := client.Database("shop")
 
 	// Idempotent: run it at every start-up.
-	rep, err := envelope.EnsureCollection(ctx, db, "orders_dlq")
+	rep, err := dlq.EnsureCollection(ctx, db, "orders_dlq")
 	if err != nil {
 		log.Fatal(err)
 	}
 	log.Print(rep) // validator, TTL index, fingerprint index: applied/already/unsupported
 
-	fallback, err := envelope.NewFileSink("/var/lib/shop/orders_dlq.jsonl")
+	fallback, err := dlq.NewFileSink("/var/lib/shop/orders_dlq.jsonl")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer fallback.Close()
 
 	orders, err := writeguard.Wrap(db.Collection("orders"),
-		writeguard.WithDeadLetter(envelope.NewMongoSink(db.Collection("orders_dlq"))),
+		writeguard.WithDeadLetter(dlq.NewMongoSink(db.Collection("orders_dlq"))),
 		writeguard.WithFallbackDeadLetter(fallback),
 	)
 	if err != nil {
@@ -66,7 +67,7 @@ func Example() {
 // the errInfo's copy of the values) while the fingerprint stays that of
 // the full payload.
 func ExampleWithRedact() {
-	var dlq *mongo.Collection // the dead-letter collection
+	var dlqColl *mongo.Collection // the dead-letter collection
 
 	dropSSN := func(doc bson.Raw) bson.Raw {
 		var d bson.D
@@ -81,16 +82,16 @@ func ExampleWithRedact() {
 		out, _ := bson.Marshal(bson.D{{Key: "redacted", Value: true}})
 		return out
 	}
-	sink := envelope.NewMongoSink(dlq, envelope.WithRedact(dropSSN), envelope.WithRedactErrInfo(dropValues))
+	sink := dlq.NewMongoSink(dlqColl, dlq.WithRedact(dropSSN), dlq.WithRedactErrInfo(dropValues))
 	_ = sink
 }
 
 // Summarise the backlog: what fails, where, since when.
 func ExampleStats() {
 	ctx := context.Background()
-	var dlq *mongo.Collection // the dead-letter collection
+	var dlqColl *mongo.Collection // the dead-letter collection
 
-	s, err := envelope.Stats(ctx, dlq, envelope.Filter{Statuses: []string{envelope.StatusPending}})
+	s, err := dlq.Stats(ctx, dlqColl, dlq.Filter{Statuses: []string{envelope.StatusPending}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -106,9 +107,9 @@ func ExampleStats() {
 // Give up on the envelopes of a retired collection older than a week.
 func ExampleDiscard() {
 	ctx := context.Background()
-	var dlq *mongo.Collection // the dead-letter collection
+	var dlqColl *mongo.Collection // the dead-letter collection
 
-	n, err := envelope.Discard(ctx, dlq, envelope.Filter{
+	n, err := dlq.Discard(ctx, dlqColl, dlq.Filter{
 		Namespaces: []string{"shop.legacy_orders"},
 		OlderThan:  7 * 24 * time.Hour,
 	})
@@ -122,13 +123,13 @@ func ExampleDiscard() {
 // by fingerprint), after which package replay drains it as usual.
 func ExampleReadFile() {
 	ctx := context.Background()
-	var dlq *mongo.Collection // the dead-letter collection
+	var dlqColl *mongo.Collection // the dead-letter collection
 
-	envs, err := envelope.ReadFile("/var/lib/shop/orders_dlq.jsonl")
+	envs, err := dlq.ReadFile("/var/lib/shop/orders_dlq.jsonl")
 	if err != nil {
 		log.Print(err) // envs holds the envelopes read before a bad line
 	}
-	if err := envelope.NewMongoSink(dlq).Put(ctx, envs); err != nil {
+	if err := dlq.NewMongoSink(dlqColl).Put(ctx, envs); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -113,25 +113,3 @@ func TestFileLineExactBytes(t *testing.T) {
 		t.Error("fingerprint of the read original differs")
 	}
 }
-
-// TestFileSinkExactBytes: through a FileSink and ReadFile, as a fallback
-// sink is used, the original comes back byte for byte.
-func TestFileSinkExactBytes(t *testing.T) {
-	orig := exactOriginal(t)
-	path := t.TempDir() + "/fallback.jsonl"
-	s, err := NewFileSink(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Put(t.Context(), []Envelope{{Original: orig, DocumentID: orig.Lookup("_id"), Code: 121, Namespace: "db.c", Operation: "insertOne"}}); err != nil {
-		t.Fatal(err)
-	}
-	envs, err := ReadFile(path)
-	if err != nil || len(envs) != 1 {
-		t.Fatalf("ReadFile: %d envelopes, %v", len(envs), err)
-	}
-	if !bytes.Equal(envs[0].Original, orig) || envs[0].Fingerprint != Fingerprint(orig, false) {
-		t.Errorf("the fallback file changed the original")
-	}
-}

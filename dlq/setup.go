@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard/policy"
+
+	"github.com/writeguard/writeguard/envelope"
 )
 
 // DefaultTTL is how long an envelope is kept after its last capture
@@ -199,10 +200,10 @@ func WithTTL(field string, ttl time.Duration) SetupOption {
 		switch {
 		case ttl == 0:
 		case ttl < time.Second:
-			c.errs = append(c.errs, fmt.Errorf("envelope: WithTTL(%q, %v): want 0 or at least 1s", field, ttl))
+			c.errs = append(c.errs, fmt.Errorf("dlq: WithTTL(%q, %v): want 0 or at least 1s", field, ttl))
 			return
 		case ttl/time.Second > math.MaxInt32:
-			c.errs = append(c.errs, fmt.Errorf("envelope: WithTTL(%q, %v): over the server's maximum of 2147483647s", field, ttl))
+			c.errs = append(c.errs, fmt.Errorf("dlq: WithTTL(%q, %v): over the server's maximum of 2147483647s", field, ttl))
 			return
 		}
 		c.ttlField, c.ttl = field, ttl
@@ -224,8 +225,8 @@ func WithoutStatusIndex() SetupOption {
 // Validator returns the validator EnsureCollection gives the dead-letter
 // collection: a $jsonSchema requiring the envelope's core fields with
 // their BSON types, and the original either as a sub-document (original)
-// or as its exact bytes (original_raw, binary). It is applied with validationLevel "moderate" and
-// validationAction "warn": the server logs a non-conforming envelope but
+// or as its exact bytes (original_raw, binary). It is applied with
+// validationLevel "moderate" and validationAction "warn": the server logs a non-conforming envelope but
 // stores it (a dead-letter collection must never reject), and documents
 // that were already invalid are not checked on update.
 func Validator() bson.D {
@@ -255,7 +256,7 @@ func Validator() bson.D {
 			{Key: "first_seen", Value: bson.D{{Key: "bsonType", Value: "date"}}},
 			{Key: "last_seen", Value: bson.D{{Key: "bsonType", Value: "date"}}},
 			{Key: "attempts", Value: bson.D{{Key: "bsonType", Value: intTypes}, {Key: "minimum", Value: 1}}},
-			{Key: "status", Value: bson.D{{Key: "enum", Value: bson.A{StatusPending, StatusReplayed, StatusDiscarded, StatusQuarantined}}}},
+			{Key: "status", Value: bson.D{{Key: "enum", Value: bson.A{envelope.StatusPending, envelope.StatusReplayed, envelope.StatusDiscarded, envelope.StatusQuarantined}}}},
 		}},
 	}}}
 }
@@ -313,19 +314,19 @@ func EnsureCollection(ctx context.Context, db *mongo.Database, name string, opts
 	cfg := setupConfig{validator: true, ttlField: DefaultTTLField, ttl: DefaultTTL, status: true}
 	for i, o := range opts {
 		if o == nil {
-			cfg.errs = append(cfg.errs, fmt.Errorf("envelope: EnsureCollection: option %d is nil", i))
+			cfg.errs = append(cfg.errs, fmt.Errorf("dlq: EnsureCollection: option %d is nil", i))
 			continue
 		}
 		o.apply(&cfg)
 	}
 	rep := SetupReport{}
 	if db == nil {
-		cfg.errs = append([]error{errors.New("envelope: EnsureCollection(nil database)")}, cfg.errs...)
+		cfg.errs = append([]error{errors.New("dlq: EnsureCollection(nil database)")}, cfg.errs...)
 	} else {
 		rep.Namespace = db.Name() + "." + name
 	}
 	if name == "" {
-		cfg.errs = append(cfg.errs, errors.New("envelope: EnsureCollection: empty collection name"))
+		cfg.errs = append(cfg.errs, errors.New("dlq: EnsureCollection: empty collection name"))
 	}
 	if len(cfg.errs) > 0 {
 		return rep, errors.Join(cfg.errs...)
@@ -347,7 +348,7 @@ func EnsureCollection(ctx context.Context, db *mongo.Database, name string, opts
 		}
 	}
 	if len(failed) > 0 {
-		return rep, fmt.Errorf("envelope: setting up %s: %s", rep.Namespace, strings.Join(failed, "; "))
+		return rep, fmt.Errorf("dlq: setting up %s: %s", rep.Namespace, strings.Join(failed, "; "))
 	}
 	return rep, nil
 }
@@ -372,21 +373,21 @@ type collInfo struct {
 func (s *setup) info(ctx context.Context) (*collInfo, error) {
 	cur, err := s.db.ListCollections(ctx, bson.D{{Key: "name", Value: s.name}})
 	if err != nil {
-		return nil, fmt.Errorf("envelope: listCollections: %w", err)
+		return nil, fmt.Errorf("dlq: listCollections: %w", err)
 	}
 	defer cur.Close(ctx)
 	if !cur.Next(ctx) {
 		if err := cur.Err(); err != nil {
-			return nil, fmt.Errorf("envelope: listCollections: %w", err)
+			return nil, fmt.Errorf("dlq: listCollections: %w", err)
 		}
 		return nil, nil
 	}
 	var ci collInfo
 	if err := cur.Decode(&ci); err != nil {
-		return nil, fmt.Errorf("envelope: listCollections: %w", err)
+		return nil, fmt.Errorf("dlq: listCollections: %w", err)
 	}
 	if ci.Type != "" && ci.Type != "collection" {
-		return nil, fmt.Errorf("envelope: %s is a %s, not a collection", s.rep.Namespace, ci.Type)
+		return nil, fmt.Errorf("dlq: %s is a %s, not a collection", s.rep.Namespace, ci.Type)
 	}
 	return &ci, nil
 }
@@ -424,7 +425,7 @@ func sameValidator(ci *collInfo) bool {
 	if err != nil {
 		return false
 	}
-	return Fingerprint(ci.Options.Validator, false) == Fingerprint(want, false)
+	return envelope.Fingerprint(ci.Options.Validator, false) == envelope.Fingerprint(want, false)
 }
 
 func (s *setup) collMod(ctx context.Context) error {
@@ -455,7 +456,7 @@ func (s *setup) create(ctx context.Context) error {
 		// Created meanwhile by someone else: treat as existing.
 		return s.collection(ctx)
 	case !isUnsupported(err):
-		return fmt.Errorf("envelope: creating %s: %w", s.rep.Namespace, err)
+		return fmt.Errorf("dlq: creating %s: %w", s.rep.Namespace, err)
 	}
 	// The server refuses create with a validator: create, then collMod.
 	if err := s.createPlain(ctx); err != nil {
@@ -484,7 +485,7 @@ func (s *setup) createPlain(ctx context.Context) error {
 	case hasCode(err, codeNamespaceExists):
 		s.rep.add(FeatureResult{Feature: FeatureCollection, State: FeatureAlready, Detail: "created concurrently"})
 	default:
-		return fmt.Errorf("envelope: creating %s: %w", s.rep.Namespace, err)
+		return fmt.Errorf("dlq: creating %s: %w", s.rep.Namespace, err)
 	}
 	return nil
 }
@@ -501,235 +502,6 @@ func (s *setup) optional(feature, detail string, err error) FeatureResult {
 		st = FeatureUnsupported
 	}
 	return FeatureResult{Feature: feature, State: st, Code: code, CodeName: codeName, Message: msg}
-}
-
-// indexInfo is the part of a listIndexes entry EnsureCollection reads.
-type indexInfo struct {
-	Name               string   `bson:"name"`
-	Key                bson.Raw `bson:"key"`
-	Unique             bool     `bson:"unique"`
-	ExpireAfterSeconds *float64 `bson:"expireAfterSeconds"`
-}
-
-func (s *setup) listIndexes(ctx context.Context) ([]indexInfo, error) {
-	return listIndexes(ctx, s.db.Collection(s.name))
-}
-
-// listIndexes returns the indexes of coll.
-func listIndexes(ctx context.Context, coll *mongo.Collection) ([]indexInfo, error) {
-	cur, err := coll.Indexes().List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("envelope: listIndexes: %w", err)
-	}
-	var out []indexInfo
-	for cur.Next(ctx) {
-		var ii indexInfo
-		if err := decodeIndex(cur.Current, &ii); err != nil {
-			_ = cur.Close(ctx)
-			return nil, fmt.Errorf("envelope: listIndexes: %w", err)
-		}
-		out = append(out, ii)
-	}
-	err = cur.Err()
-	_ = cur.Close(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("envelope: listIndexes: %w", err)
-	}
-	return out, nil
-}
-
-// decodeIndex reads an index spec, accepting expireAfterSeconds of any
-// numeric type and unique as a boolean or a number.
-func decodeIndex(raw bson.Raw, ii *indexInfo) error {
-	if v, err := raw.LookupErr("name"); err == nil {
-		ii.Name, _ = v.StringValueOK()
-	}
-	v, err := raw.LookupErr("key")
-	if err != nil {
-		return fmt.Errorf("index without key: %v", raw)
-	}
-	doc, ok := v.DocumentOK()
-	if !ok {
-		return fmt.Errorf("index key is not a document: %v", raw)
-	}
-	ii.Key = doc
-	if v, err := raw.LookupErr("unique"); err == nil {
-		ii.Unique = truthy(v)
-	}
-	if v, err := raw.LookupErr("expireAfterSeconds"); err == nil {
-		if f, ok := asFloat(v); ok {
-			ii.ExpireAfterSeconds = &f
-		}
-	}
-	return nil
-}
-
-func truthy(v bson.RawValue) bool {
-	if b, ok := v.BooleanOK(); ok {
-		return b
-	}
-	f, ok := asFloat(v)
-	return ok && f != 0
-}
-
-func asFloat(v bson.RawValue) (float64, bool) {
-	switch v.Type {
-	case bson.TypeInt32:
-		return float64(v.Int32()), true
-	case bson.TypeInt64:
-		return float64(v.Int64()), true
-	case bson.TypeDouble:
-		return v.Double(), true
-	}
-	return 0, false
-}
-
-// keyField is one field of an index key: its name and direction.
-type keyField struct {
-	name string
-	dir  float64
-}
-
-// sameKeys compares an index key document with want (names in order,
-// directions by numeric value, so 1, 1.0 and int64 1 are equal).
-func sameKeys(key bson.Raw, want []keyField) bool {
-	elems, err := key.Elements()
-	if err != nil || len(elems) != len(want) {
-		return false
-	}
-	for i, e := range elems {
-		f, ok := asFloat(e.Value())
-		if !ok || e.Key() != want[i].name || f != want[i].dir {
-			return false
-		}
-	}
-	return true
-}
-
-func keysDoc(k []keyField) bson.D {
-	d := make(bson.D, len(k))
-	for i, f := range k {
-		d[i] = bson.E{Key: f.name, Value: int32(f.dir)}
-	}
-	return d
-}
-
-func (s *setup) indexes(ctx context.Context) error {
-	idx, err := s.listIndexes(ctx)
-	if err != nil {
-		return err
-	}
-	fpKeys := []keyField{{"fingerprint", 1}}
-	fr := s.ensureIndex(ctx, idx, FeatureFingerprintIndex, FingerprintIndexName, fpKeys, true)
-	s.rep.add(fr)
-	if fr.State != FeatureApplied && fr.State != FeatureAlready {
-		return fmt.Errorf("envelope: %s: the unique index on fingerprint is required: %s", s.rep.Namespace, fr.String())
-	}
-	if s.cfg.ttl == 0 {
-		s.rep.add(FeatureResult{Feature: FeatureTTLIndex, State: FeatureDisabled})
-	} else {
-		s.rep.add(s.ensureTTL(ctx, idx))
-	}
-	if !s.cfg.status {
-		s.rep.add(FeatureResult{Feature: FeatureStatusIndex, State: FeatureDisabled})
-	} else {
-		s.rep.add(s.ensureIndex(ctx, idx, FeatureStatusIndex, StatusIndexName,
-			[]keyField{{"status", 1}, {"namespace", 1}, {"first_seen", 1}}, false))
-	}
-	return nil
-}
-
-func findIndex(idx []indexInfo, keys []keyField) *indexInfo {
-	for i := range idx {
-		if sameKeys(idx[i].Key, keys) {
-			return &idx[i]
-		}
-	}
-	return nil
-}
-
-func (s *setup) ensureIndex(ctx context.Context, idx []indexInfo, feature, name string, keys []keyField, unique bool) FeatureResult {
-	for round := 0; ; round++ {
-		if ex := findIndex(idx, keys); ex != nil {
-			if unique && !ex.Unique {
-				return FeatureResult{Feature: feature, State: FeatureFailed,
-					Message: fmt.Sprintf("index %q on %v exists but is not unique: drop it and run again", ex.Name, keysDoc(keys))}
-			}
-			return FeatureResult{Feature: feature, State: FeatureAlready, Detail: fmt.Sprintf("index %q", ex.Name)}
-		}
-		opts := options.Index().SetName(name)
-		if unique {
-			opts.SetUnique(true)
-		}
-		created, err := s.createIndex(ctx, mongo.IndexModel{Keys: keysDoc(keys), Options: opts}, name)
-		if err == nil {
-			return FeatureResult{Feature: feature, State: FeatureApplied, Detail: fmt.Sprintf("index %q created", created)}
-		}
-		if round == 0 && (hasCode(err, codeIndexOptionsConflict) || hasCode(err, codeIndexKeySpecsConflict)) {
-			// Created concurrently with other options: look again.
-			if idx, err = s.listIndexes(ctx); err == nil {
-				continue
-			}
-		}
-		fr := s.optional(feature, "", err)
-		return fr
-	}
-}
-
-// createIndex creates m, named name or, if that name is taken by other
-// keys (86 IndexKeySpecsConflict), name+"_wg". It returns the name used.
-func (s *setup) createIndex(ctx context.Context, m mongo.IndexModel, name string) (string, error) {
-	_, err := s.db.Collection(s.name).Indexes().CreateOne(ctx, m)
-	if err != nil && hasCode(err, codeIndexKeySpecsConflict) {
-		name += "_wg"
-		m.Options.SetName(name)
-		_, err = s.db.Collection(s.name).Indexes().CreateOne(ctx, m)
-	}
-	return name, err
-}
-
-func (s *setup) ensureTTL(ctx context.Context, idx []indexInfo) FeatureResult {
-	want := int64(s.cfg.ttl / time.Second)
-	name := s.cfg.ttlField + ttlIndexSuffix
-	for round := 0; ; round++ {
-		var ex *indexInfo
-		for _, dir := range []float64{1, -1} {
-			if ex = findIndex(idx, []keyField{{s.cfg.ttlField, dir}}); ex != nil {
-				break
-			}
-		}
-		if ex != nil {
-			if ex.ExpireAfterSeconds != nil && *ex.ExpireAfterSeconds == float64(want) {
-				return FeatureResult{Feature: FeatureTTLIndex, State: FeatureAlready,
-					Detail: fmt.Sprintf("index %q, expireAfterSeconds %d", ex.Name, want)}
-			}
-			detail := fmt.Sprintf("index %q made TTL (expireAfterSeconds %d) with collMod", ex.Name, want)
-			if ex.ExpireAfterSeconds != nil {
-				detail = fmt.Sprintf("index %q expireAfterSeconds changed from %s to %d with collMod", ex.Name,
-					strconv.FormatFloat(*ex.ExpireAfterSeconds, 'f', -1, 64), want)
-			}
-			err := s.db.RunCommand(ctx, bson.D{
-				{Key: "collMod", Value: s.name},
-				{Key: "index", Value: bson.D{{Key: "keyPattern", Value: ex.Key}, {Key: "expireAfterSeconds", Value: want}}},
-			}).Err()
-			return s.optional(FeatureTTLIndex, detail, err)
-		}
-		m := mongo.IndexModel{
-			Keys:    bson.D{{Key: s.cfg.ttlField, Value: int32(1)}},
-			Options: options.Index().SetName(name).SetExpireAfterSeconds(int32(want)),
-		}
-		created, err := s.createIndex(ctx, m, name)
-		if err == nil {
-			return FeatureResult{Feature: FeatureTTLIndex, State: FeatureApplied,
-				Detail: fmt.Sprintf("index %q created, expireAfterSeconds %d", created, want)}
-		}
-		if round == 0 && (hasCode(err, codeIndexOptionsConflict) || hasCode(err, codeIndexKeySpecsConflict)) {
-			if idx, err = s.listIndexes(ctx); err == nil {
-				continue
-			}
-		}
-		return s.optional(FeatureTTLIndex, "", err)
-	}
 }
 
 // serverError returns the code, code name and message of a server error

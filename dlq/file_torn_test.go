@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/writeguard/writeguard/envelope"
 )
 
 // failingWriter writes the first limit bytes it is given to f, then fails
@@ -35,7 +37,7 @@ func (w *failingWriter) Sync() error {
 	return w.f.Sync()
 }
 
-func envelopeN(t *testing.T, i int) Envelope {
+func envelopeN(t *testing.T, i int) envelope.Envelope {
 	t.Helper()
 	e := sampleEnvelope(t)
 	e.BatchIndex = i
@@ -55,16 +57,16 @@ func TestFileSinkTornTailThenPuts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Put(ctx, []Envelope{envelopeN(t, 0)}); err != nil {
+	if err := s.Put(ctx, []envelope.Envelope{envelopeN(t, 0)}); err != nil {
 		t.Fatal(err)
 	}
-	first, err := MarshalLine(envelopeN(t, 1))
+	first, err := envelope.MarshalLine(envelopeN(t, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Two envelopes; the write stops in the middle of the second line.
 	s.w = &failingWriter{f: s.f, limit: len(first) + 1 + 40, err: syscall.ENOSPC}
-	errs := s.PutEach(ctx, []Envelope{envelopeN(t, 1), envelopeN(t, 2)})
+	errs := s.PutEach(ctx, []envelope.Envelope{envelopeN(t, 1), envelopeN(t, 2)})
 	if errs[0] != nil {
 		t.Errorf("envelope 1, written whole and fsynced: %v, want confirmed", errs[0])
 	}
@@ -74,7 +76,7 @@ func TestFileSinkTornTailThenPuts(t *testing.T) {
 	// The disk has room again.
 	s.w = s.f
 	for i := 3; i < 5; i++ {
-		if err := s.Put(ctx, []Envelope{envelopeN(t, i)}); err != nil {
+		if err := s.Put(ctx, []envelope.Envelope{envelopeN(t, i)}); err != nil {
 			t.Fatalf("Put %d after the torn write: %v", i, err)
 		}
 	}
@@ -82,7 +84,7 @@ func TestFileSinkTornTailThenPuts(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := ReadFile(path)
-	var le *LineError
+	var le *envelope.LineError
 	if !errors.As(err, &le) || le.Line != 3 || le.CutShort {
 		t.Errorf("ReadFile error %v, want line 3 (the torn one) reported, not as the last line", err)
 	}
@@ -103,7 +105,7 @@ func TestFileSinkTornTailThenPuts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Put(ctx, []Envelope{envelopeN(t, 5)}); err != nil {
+	if err := s.Put(ctx, []envelope.Envelope{envelopeN(t, 5)}); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.Close()
@@ -128,49 +130,15 @@ func TestFileSinkFailedSync(t *testing.T) {
 	}
 	defer s.Close()
 	s.w = &failingWriter{f: s.f, limit: -1, syncErr: syscall.EIO}
-	for i, err := range s.PutEach(ctx, []Envelope{envelopeN(t, 0), envelopeN(t, 1)}) {
+	for i, err := range s.PutEach(ctx, []envelope.Envelope{envelopeN(t, 0), envelopeN(t, 1)}) {
 		if !errors.Is(err, syscall.EIO) {
 			t.Errorf("envelope %d after a failed fsync: %v, want EIO", i, err)
 		}
 	}
-	if err := s.Put(ctx, []Envelope{envelopeN(t, 2)}); !errors.Is(err, syscall.EIO) {
+	if err := s.Put(ctx, []envelope.Envelope{envelopeN(t, 2)}); !errors.Is(err, syscall.EIO) {
 		t.Errorf("Put after a failed fsync: %v, want EIO", err)
 	}
 }
-
-// TestPutEachAdapter: a plain Sink's error stands for every envelope; a
-// PartialSink's answer is passed through, and a wrong-length answer fails
-// every envelope.
-func TestPutEachAdapter(t *testing.T) {
-	ctx := context.Background()
-	envs := []Envelope{envelopeN(t, 0), envelopeN(t, 1), envelopeN(t, 2)}
-	boom := errors.New("boom")
-	for i, err := range PutEach(ctx, SinkFunc(func(context.Context, []Envelope) error { return boom }), envs) {
-		if err != boom {
-			t.Errorf("plain sink, envelope %d: %v", i, err)
-		}
-	}
-	if errs := PutEach(ctx, SinkFunc(func(context.Context, []Envelope) error { return nil }), envs); len(errs) != 3 || errs[0] != nil || errs[2] != nil {
-		t.Errorf("plain sink, nil: %v", errs)
-	}
-	ps := partialFunc(func(_ context.Context, envs []Envelope) []error { return []error{nil, boom, nil} })
-	if errs := PutEach(ctx, ps, envs); errs[0] != nil || errs[1] != boom || errs[2] != nil {
-		t.Errorf("partial sink: %v", errs)
-	}
-	short := partialFunc(func(_ context.Context, envs []Envelope) []error { return nil })
-	for i, err := range PutEach(ctx, short, envs) {
-		if err == nil || !strings.Contains(err.Error(), "0 results for 3 envelopes") {
-			t.Errorf("short answer, envelope %d: %v", i, err)
-		}
-	}
-}
-
-type partialFunc func(context.Context, []Envelope) []error
-
-func (f partialFunc) Put(ctx context.Context, envs []Envelope) error {
-	return errors.Join(f(ctx, envs)...)
-}
-func (f partialFunc) PutEach(ctx context.Context, envs []Envelope) []error { return f(ctx, envs) }
 
 func equalInts(a, b []int) bool {
 	if len(a) != len(b) {

@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard/envelope"
 )
 
 // Group is one line of a Summary breakdown: the envelopes sharing Key, and
@@ -70,10 +72,10 @@ type Summary struct {
 	Pending int64
 	// Quarantined is the number of selected envelopes with status
 	// quarantined (replay failed on them too often: see
-	// StatusQuarantined).
+	// envelope.StatusQuarantined).
 	Quarantined int64
 	// Held is the number of selected pending envelopes that replay holds
-	// for an operator (FieldReplayHold set: an update, replace or delete
+	// for an operator (envelope.FieldReplayHold set: an update, replace or delete
 	// whose replay was in flight when its runner died).
 	Held int64
 	// OldestPending is the first_seen of the oldest selected pending
@@ -84,11 +86,11 @@ type Summary struct {
 
 	// Undecodable is the number of selected envelopes whose summarised
 	// fields cannot be decoded (a field of the wrong BSON type: see
-	// DecodeError); they are counted here and nowhere else (not in
+	// envelope.DecodeError); they are counted here and nowhere else (not in
 	// Envelopes). UndecodableErrors names the first MaxDecodeErrors of
 	// them.
 	Undecodable       int64
-	UndecodableErrors []*DecodeError
+	UndecodableErrors []*envelope.DecodeError
 	// DiscardedUndecodable is the number of selected envelopes that cannot
 	// be decoded and whose status reads "discarded" (an operator set them
 	// aside, e.g. with writeguard dlq discard --undecodable): counted here
@@ -101,8 +103,8 @@ type Summary struct {
 // DiscardedUndecodable when its status reads "discarded", else in
 // Undecodable, keeping a copy of the first MaxDecodeErrors errors (de.ID
 // refers to the cursor's buffer).
-func (st *Summary) addUndecodable(doc bson.Raw, de *DecodeError) {
-	if status, ok := doc.Lookup("status").StringValueOK(); ok && status == StatusDiscarded {
+func (st *Summary) addUndecodable(doc bson.Raw, de *envelope.DecodeError) {
+	if status, ok := doc.Lookup("status").StringValueOK(); ok && status == envelope.StatusDiscarded {
 		st.DiscardedUndecodable++
 		return
 	}
@@ -128,7 +130,8 @@ const MaxDecodeErrors = 100
 // the same code then gives the same answers on every server. For DLQs of
 // many millions of envelopes, narrow f.
 //
-// An envelope whose summarised fields cannot be decoded (see DecodeError)
+// An envelope whose summarised fields cannot be decoded (see
+// envelope.DecodeError)
 // is counted in Summary.Undecodable (Summary.DiscardedUndecodable when its
 // status reads "discarded") and does not stop the count.
 //
@@ -139,14 +142,6 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 	if err != nil {
 		return Summary{}, err
 	}
-	// Every field but the large ones (the original, errInfo, the call
-	// options, in either form), so that an envelope that list or show
-	// finds undecodable is undecodable here too.
-	proj := bson.D{
-		{Key: "original", Value: 0}, {Key: "original" + rawFormSuffix, Value: 0},
-		{Key: "err_info", Value: 0}, {Key: "err_info" + rawFormSuffix, Value: 0},
-		{Key: "call_options", Value: 0}, {Key: "call_options" + rawFormSuffix, Value: 0},
-	}
 	var st Summary
 	// The original is not read for the counts: the envelopes whose
 	// original is missing or not a document are found with a query of
@@ -154,84 +149,126 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 	if err := badOriginals(ctx, dlq, q, &st); err != nil {
 		return Summary{}, err
 	}
+	t := newTally(&st)
+	if err := countEnvelopes(ctx, dlq, q, t); err != nil {
+		return Summary{}, err
+	}
+	t.finish(now)
+	return st, nil
+}
+
+// countEnvelopes hands t every envelope of q that has an original, read
+// with one find of every field but the large ones (the original, errInfo,
+// the call options, in either form), so that an envelope that list or
+// show finds undecodable is undecodable here too.
+func countEnvelopes(ctx context.Context, dlq *mongo.Collection, q bson.D, t *tally) error {
+	proj := bson.D{
+		{Key: "original", Value: 0}, {Key: "original" + rawFormSuffix, Value: 0},
+		{Key: "err_info", Value: 0}, {Key: "err_info" + rawFormSuffix, Value: 0},
+		{Key: "call_options", Value: 0}, {Key: "call_options" + rawFormSuffix, Value: 0},
+	}
 	q = bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "$or", Value: hasOriginal()}}}}}
 	cur, err := dlq.Find(ctx, q, options.Find().SetProjection(proj).SetBatchSize(10000))
 	if err != nil {
-		return Summary{}, fmt.Errorf("envelope: stats: %w", err)
+		return fmt.Errorf("dlq: stats: %w", err)
 	}
 	defer cur.Close(ctx)
-
-	byStatus, byKeyword, byPath, byNS := groupCounter{}, groupCounter{}, groupCounter{}, groupCounter{}
-	byCode := map[int32]*CodeGroup{}
 	for cur.Next(ctx) {
-		e, err := decode(cur.Current)
-		if err != nil {
-			var de *DecodeError
-			if !errors.As(err, &de) {
-				return Summary{}, fmt.Errorf("envelope: stats: %w", err)
-			}
-			st.addUndecodable(cur.Current, de)
-			continue
-		}
-		r := struct {
-			Status, CodeName, Namespace string
-			Code                        int32
-			FirstSeen                   time.Time
-			Attempts                    int64
-			ReplayHold                  string
-		}{e.Status, e.CodeName, e.Namespace, e.Code, e.FirstSeen, int64(e.Attempts), ""}
-		if v, ok := cur.Current.Lookup(FieldReplayHold).StringValueOK(); ok {
-			r.ReplayHold = v
-		}
-		if r.Attempts < 1 {
-			r.Attempts = 1
-		}
-		st.Envelopes++
-		st.Attempts += r.Attempts
-		byStatus.add(r.Status, r.Attempts)
-		byNS.add(r.Namespace, r.Attempts)
-		for _, k := range dedupe(e.FailingKeywords) {
-			byKeyword.add(k, r.Attempts)
-		}
-		for _, p := range dedupe(e.FailingPaths) {
-			byPath.add(p, r.Attempts)
-		}
-		cg := byCode[r.Code]
-		if cg == nil {
-			cg = &CodeGroup{Code: r.Code, CodeName: r.CodeName}
-			byCode[r.Code] = cg
-		}
-		if cg.CodeName == "" {
-			cg.CodeName = r.CodeName
-		}
-		cg.Envelopes++
-		cg.Attempts += r.Attempts
-		if r.Status == StatusQuarantined {
-			st.Quarantined++
-		}
-		if r.Status == StatusPending {
-			st.Pending++
-			if r.ReplayHold != "" {
-				st.Held++
-			}
-			if !r.FirstSeen.IsZero() && (st.OldestPending.IsZero() || r.FirstSeen.Before(st.OldestPending)) {
-				st.OldestPending = r.FirstSeen
-			}
+		if err := t.add(cur.Current); err != nil {
+			return err
 		}
 	}
 	if err := cur.Err(); err != nil {
-		return Summary{}, fmt.Errorf("envelope: stats: %w", err)
+		return fmt.Errorf("dlq: stats: %w", err)
 	}
+	return nil
+}
+
+// tally counts envelopes into a Summary, one at a time (add), then sorts
+// its breakdowns (finish).
+type tally struct {
+	st                                *Summary
+	byStatus, byKeyword, byPath, byNS groupCounter
+	byCode                            map[int32]*CodeGroup
+}
+
+func newTally(st *Summary) *tally {
+	return &tally{st: st, byStatus: groupCounter{}, byKeyword: groupCounter{}, byPath: groupCounter{}, byNS: groupCounter{},
+		byCode: map[int32]*CodeGroup{}}
+}
+
+// add counts one stored envelope (a projection without its original);
+// one that cannot be decoded is counted apart (Summary.addUndecodable).
+// It returns an error other than an envelope.DecodeError.
+func (t *tally) add(raw bson.Raw) error {
+	e, err := envelope.DecodeProjected(raw)
+	if err != nil {
+		var de *envelope.DecodeError
+		if !errors.As(err, &de) {
+			return fmt.Errorf("dlq: stats: %w", err)
+		}
+		t.st.addUndecodable(raw, de)
+		return nil
+	}
+	attempts := max(int64(e.Attempts), 1)
+	t.st.Envelopes++
+	t.st.Attempts += attempts
+	t.byStatus.add(e.Status, attempts)
+	t.byNS.add(e.Namespace, attempts)
+	for _, k := range dedupe(e.FailingKeywords) {
+		t.byKeyword.add(k, attempts)
+	}
+	for _, p := range dedupe(e.FailingPaths) {
+		t.byPath.add(p, attempts)
+	}
+	cg := t.byCode[e.Code]
+	if cg == nil {
+		cg = &CodeGroup{Code: e.Code, CodeName: e.CodeName}
+		t.byCode[e.Code] = cg
+	}
+	if cg.CodeName == "" {
+		cg.CodeName = e.CodeName
+	}
+	cg.Envelopes++
+	cg.Attempts += attempts
+	hold, _ := raw.Lookup(envelope.FieldReplayHold).StringValueOK()
+	t.addState(e.Status, hold, e.FirstSeen)
+	return nil
+}
+
+// addState counts an envelope in Quarantined, Pending and Held, and
+// keeps the oldest pending first_seen.
+func (t *tally) addState(status, hold string, firstSeen time.Time) {
+	st := t.st
+	if status == envelope.StatusQuarantined {
+		st.Quarantined++
+	}
+	if status != envelope.StatusPending {
+		return
+	}
+	st.Pending++
+	if hold != "" {
+		st.Held++
+	}
+	if !firstSeen.IsZero() && (st.OldestPending.IsZero() || firstSeen.Before(st.OldestPending)) {
+		st.OldestPending = firstSeen
+	}
+}
+
+// finish sets the oldest pending envelope's age at now and sorts every
+// breakdown: by Envelopes, largest first, then by key.
+func (t *tally) finish(now time.Time) {
+	st := t.st
 	if !st.OldestPending.IsZero() {
 		st.OldestPending = st.OldestPending.UTC()
 		st.OldestPendingAge = now.Sub(st.OldestPending)
 	}
-	st.ByStatus = byStatus.sorted()
-	st.ByKeyword = byKeyword.sorted()
-	st.ByPath = byPath.sorted()
-	st.ByNamespace = byNS.sorted()
-	st.ByCode = make([]CodeGroup, 0, len(byCode))
-	for _, g := range byCode {
+	st.ByStatus = t.byStatus.sorted()
+	st.ByKeyword = t.byKeyword.sorted()
+	st.ByPath = t.byPath.sorted()
+	st.ByNamespace = t.byNS.sorted()
+	st.ByCode = make([]CodeGroup, 0, len(t.byCode))
+	for _, g := range t.byCode {
 		st.ByCode = append(st.ByCode, *g)
 	}
 	sort.Slice(st.ByCode, func(i, j int) bool {
@@ -241,8 +278,12 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 		}
 		return a.Code < b.Code
 	})
-	return st, nil
 }
+
+// rawFormSuffix names the field that holds a document field's exact bytes
+// when the server would not take it as a sub-document (original_raw; see
+// envelope.InsertFields).
+const rawFormSuffix = "_raw"
 
 // hasOriginal is the $or that selects envelopes with an original: a
 // document, or its exact bytes (original_raw, binary).
@@ -261,22 +302,22 @@ func badOriginals(ctx context.Context, dlq *mongo.Collection, q bson.D, st *Summ
 	bad := bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "$nor", Value: hasOriginal()}}}}}
 	cur, err := dlq.Find(ctx, bad, options.Find().SetProjection(bson.D{{Key: "err_info", Value: 0}, {Key: "err_info" + rawFormSuffix, Value: 0}}))
 	if err != nil {
-		return fmt.Errorf("envelope: stats: %w", err)
+		return fmt.Errorf("dlq: stats: %w", err)
 	}
 	defer cur.Close(ctx)
 	for cur.Next(ctx) {
-		_, err := Decode(cur.Current)
-		var de *DecodeError
+		_, err := envelope.Decode(cur.Current)
+		var de *envelope.DecodeError
 		if !errors.As(err, &de) {
 			// original is absent and original_raw is not binary.
 			id, _ := cur.Current.LookupErr("_id")
 			v, _ := cur.Current.LookupErr("original" + rawFormSuffix)
-			de = &DecodeError{ID: id, Field: "original" + rawFormSuffix, Type: v.Type, Want: "binary (the original's BSON bytes)", Err: ErrWrongType}
+			de = &envelope.DecodeError{ID: id, Field: "original" + rawFormSuffix, Type: v.Type, Want: "binary (the original's BSON bytes)", Err: envelope.ErrWrongType}
 		}
 		st.addUndecodable(cur.Current, de)
 	}
 	if err := cur.Err(); err != nil {
-		return fmt.Errorf("envelope: stats: %w", err)
+		return fmt.Errorf("dlq: stats: %w", err)
 	}
 	return nil
 }
@@ -329,72 +370,4 @@ func (g CodeGroup) String() string {
 		return strconv.Itoa(int(g.Code))
 	}
 	return strconv.Itoa(int(g.Code)) + " " + g.CodeName
-}
-
-// ErrEmptyFilter is returned by Discard for a zero Filter, which would
-// discard every pending envelope: say so explicitly with
-// Filter{Statuses: []string{StatusPending}}.
-var ErrEmptyFilter = errors.New("envelope: empty filter: refusing to discard every pending envelope (set Statuses: [pending] to mean all)")
-
-// Discard marks the envelopes of dlq that f selects (pending ones when f
-// lists no status) as given up: status discarded, discarded_at now. A
-// discarded envelope is never replayed; a recapture of its payload puts it
-// back to pending. Envelopes already discarded are left as they are.
-// It returns how many envelopes it marked, with one updateMany.
-//
-// Discard does not coordinate with a replay running on dlq: an envelope
-// a replay has just read may still be written after Discard marked it.
-// When replays may be running, use replay.Discard, which claims each
-// envelope first and leaves those a replay holds.
-//
-// It returns ErrEmptyFilter for a zero f, f's error (wrapping
-// ErrBadFilter), or the driver's.
-func Discard(ctx context.Context, dlq *mongo.Collection, f Filter) (int64, error) {
-	if f.IsZero() {
-		return 0, ErrEmptyFilter
-	}
-	now := time.Now().UTC().Truncate(time.Millisecond)
-	q, err := f.WithDefaultStatus(StatusPending).Query(now)
-	if err != nil {
-		return 0, err
-	}
-	q = append(q, bson.E{Key: "$and", Value: bson.A{bson.D{{Key: "status", Value: bson.D{{Key: "$ne", Value: StatusDiscarded}}}}}})
-	res, err := dlq.UpdateMany(ctx, q, bson.D{{Key: "$set", Value: bson.D{
-		{Key: "status", Value: StatusDiscarded},
-		{Key: "discarded_at", Value: now},
-	}}})
-	if err != nil {
-		return 0, fmt.Errorf("envelope: discard: %w", err)
-	}
-	return res.ModifiedCount, nil
-}
-
-// DiscardIDs marks the envelopes of dlq whose _id is one of ids as given
-// up (status discarded, discarded_at now), whatever their other fields
-// hold: it is how an envelope that cannot be decoded (DecodeError) is
-// taken out of the way. Envelopes already discarded or replayed are left
-// as they are. It returns how many envelopes it marked, with one
-// updateMany; no ids is a no-op.
-//
-// It returns the driver's error.
-func DiscardIDs(ctx context.Context, dlq *mongo.Collection, ids []bson.RawValue) (int64, error) {
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	now := time.Now().UTC().Truncate(time.Millisecond)
-	in := make(bson.A, len(ids))
-	for i, id := range ids {
-		in[i] = id
-	}
-	res, err := dlq.UpdateMany(ctx, bson.D{
-		{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}},
-		{Key: "status", Value: bson.D{{Key: "$nin", Value: bson.A{StatusDiscarded, StatusReplayed}}}},
-	}, bson.D{{Key: "$set", Value: bson.D{
-		{Key: "status", Value: StatusDiscarded},
-		{Key: "discarded_at", Value: now},
-	}}})
-	if err != nil {
-		return 0, fmt.Errorf("envelope: discard: %w", err)
-	}
-	return res.ModifiedCount, nil
 }

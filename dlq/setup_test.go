@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"context"
@@ -9,6 +9,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/jsonschema"
+	"github.com/writeguard/writeguard/policy"
 )
 
 func TestSameKeys(t *testing.T) {
@@ -113,4 +117,44 @@ func TestServerErrorCodes(t *testing.T) {
 	if c, _, msg := serverError(context.Canceled); c != 0 || msg == "" {
 		t.Errorf("non-server error: %d %q", c, msg)
 	}
+}
+
+// TestValidatorAcceptsBothForms: the DLQ's own validator, evaluated by the
+// bed's $jsonSchema implementation, accepts a stored envelope whose
+// original is a sub-document and one whose original is exact bytes, and
+// rejects one with neither.
+func TestValidatorAcceptsBothForms(t *testing.T) {
+	v, err := jsonschema.Compile(Validator())
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := mustMarshal(t, bson.D{{Key: "_id", Value: 1}, {Key: "a", Value: 1}})
+	dotted := mustMarshal(t, bson.D{{Key: "_id", Value: 1}, {Key: "a.b", Value: 1}})
+	for _, orig := range []bson.Raw{plain, dotted} {
+		doc, err := StoredDocument(envelope.New(envelope.Capture{Document: orig, Failure: failure121(nil), Namespace: "db.c", Operation: "insertOne", Now: t1}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if errInfo, err := v.ValidateRaw(doc); err != nil || errInfo != nil {
+			t.Errorf("validator rejects %s: %v %v", doc, errInfo, err)
+		}
+		var d bson.D
+		if err := bson.Unmarshal(doc, &d); err != nil {
+			t.Fatal(err)
+		}
+		var without bson.D
+		for _, e := range d {
+			if e.Key != "original" && e.Key != "original_raw" {
+				without = append(without, e)
+			}
+		}
+		if errInfo, _ := v.ValidateRaw(mustMarshal(t, without)); errInfo == nil {
+			t.Error("validator accepts an envelope without an original")
+		}
+	}
+}
+
+// failure121 is a 121 DocumentValidationFailure with errInfo.
+func failure121(errInfo bson.Raw) *policy.Failure {
+	return &policy.Failure{Code: 121, CodeName: "DocumentValidationFailure", Message: "Document failed validation", ErrInfo: errInfo}
 }

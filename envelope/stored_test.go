@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 var (
@@ -198,66 +197,16 @@ func TestRecaptureUpdate(t *testing.T) {
 	}
 }
 
-// TestUpsertModel checks the upsert MongoSink sends by default: filter by
-// fingerprint, $setOnInsert of the capture's fields (not those the other
-// operators own), then RecaptureUpdate's $inc, $max and $set.
-func TestUpsertModel(t *testing.T) {
-	env := sampleEnvelope(t)
-	env.Attempts, env.LastSeen = 3, t1
-	prepared, err := prepareForStore(env, newSinkConfig(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wm, err := upsertModel(prepared)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := wm.(*mongo.UpdateOneModel)
-	if m.Upsert == nil || !*m.Upsert {
-		t.Fatal("not an upsert")
-	}
-	if got, want := mustMarshal(t, m.Filter), mustMarshal(t, bson.D{{Key: "fingerprint", Value: env.Fingerprint}}); !bytes.Equal(got, want) {
-		t.Errorf("filter = %v", got)
-	}
-	upd := mustMarshal(t, m.Update)
-	var keys []string
-	elems, _ := upd.Elements()
-	for _, e := range elems {
-		keys = append(keys, e.Key())
-	}
-	if !slices.Equal(keys, []string{"$setOnInsert", "$inc", "$max", "$set"}) {
-		t.Errorf("operators = %v", keys)
-	}
-	soi := upd.Lookup("$setOnInsert").Document()
-	for _, key := range []string{"attempts", "last_seen", "status", "fingerprint"} {
-		if _, err := soi.LookupErr(key); err == nil {
-			t.Errorf("$setOnInsert sets %s, which another operator (or the filter) owns", key)
-		}
-	}
-	for _, key := range []string{"original", "document_id", "first_seen", "schema_version", "err_info", "failing_keywords",
-		"failing_paths", "code", "code_name", "errmsg", "namespace", "operation", "batch_index", "id_assigned", "labels", "trace_id", "span_id"} {
-		if _, err := soi.LookupErr(key); err != nil {
-			t.Errorf("$setOnInsert lacks %s", key)
-		}
-	}
-	if v := upd.Lookup("$inc", "attempts"); v.Int32() != 3 {
-		t.Errorf("$inc attempts = %v, want 3", v)
-	}
-	if v := upd.Lookup("$max", "last_seen"); !v.Time().Equal(t1) {
-		t.Errorf("$max last_seen = %v", v)
-	}
-}
-
 // TestStoredFieldsOrder: the inserted document leads with fingerprint
 // and ends with the fields a recapture changes.
 func TestStoredFieldsOrder(t *testing.T) {
 	env := sampleEnvelope(t)
 	env.Attempts, env.LastSeen = 3, t1
-	prepared, err := prepareForStore(env, newSinkConfig(nil))
+	prepared, err := PrepareStored(env, Protection{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := storedFields(prepared)
+	d := StoredFields(prepared, "")
 	var keys []string
 	for _, e := range d {
 		keys = append(keys, e.Key)
@@ -271,119 +220,6 @@ func TestStoredFieldsOrder(t *testing.T) {
 	doc := mustMarshal(t, d)
 	if doc.Lookup("attempts").Int32() != 3 || !doc.Lookup("last_seen").Time().Equal(t1) {
 		t.Errorf("attempts/last_seen not the envelope's: %v", doc)
-	}
-}
-
-func TestStripeOf(t *testing.T) {
-	seen := map[int]bool{}
-	for i := 0; i < 1000; i++ {
-		s := stripeOf(Fingerprint(mustMarshal(t, bson.D{{Key: "i", Value: i}}), false))
-		if s < 0 || s >= sinkStripes {
-			t.Fatalf("stripe %d", s)
-		}
-		seen[s] = true
-	}
-	if len(seen) < sinkStripes/2 {
-		t.Errorf("1000 fingerprints over only %d stripes", len(seen))
-	}
-}
-
-func TestMergeByFingerprint(t *testing.T) {
-	a := sampleEnvelope(t)
-	b := a
-	b.FirstSeen, b.LastSeen, b.Attempts = t0.Add(-time.Hour), t0.Add(-time.Hour), 2
-	c := a
-	c.FirstSeen, c.LastSeen, c.Attempts = t1, t1, 0 // 0 counts as 1
-	other := sampleEnvelope(t)
-	other.Original = mustMarshal(t, bson.D{{Key: "_id", Value: bson.NewObjectID()}, {Key: "sku", Value: "B-2"}})
-	other.Fingerprint = ""
-	got := mergeByFingerprint([]Envelope{a, other, b, c})
-	if len(got) != 2 {
-		t.Fatalf("merged into %d envelopes, want 2", len(got))
-	}
-	m := got[0]
-	if m.Attempts != 4 || !m.FirstSeen.Equal(t0.Add(-time.Hour)) || !m.LastSeen.Equal(t1) {
-		t.Errorf("merged: attempts %d first %v last %v; want 4, %v, %v", m.Attempts, m.FirstSeen, m.LastSeen, t0.Add(-time.Hour), t1)
-	}
-	if !bytes.Equal(m.Original, a.Original) {
-		t.Error("merged envelope does not keep the first one's original")
-	}
-	if got[1].Fingerprint != Fingerprint(other.Original, true) {
-		t.Error("missing fingerprint not computed")
-	}
-}
-
-// TestRedact: the hook's output is stored and flagged; the fingerprint
-// stays the unredacted payload's; a no-op hook flags nothing; a hook
-// returning invalid BSON fails the Put rather than store the original; a
-// hook that scribbles on its input does not reach the caller's envelope.
-func TestRedact(t *testing.T) {
-	env := sampleEnvelope(t)
-	env.Original = mustMarshal(t, bson.D{{Key: "_id", Value: int32(1)}, {Key: "name", Value: "Ann"}, {Key: "ssn", Value: "123-45-6789"}})
-	env.Fingerprint = Fingerprint(env.Original, false)
-	wantFP := env.Fingerprint
-	before := append(bson.Raw(nil), env.Original...)
-	dropSSN := WithRedact(func(orig bson.Raw) bson.Raw {
-		var d bson.D
-		if err := bson.Unmarshal(orig, &d); err != nil {
-			return nil
-		}
-		d = slices.DeleteFunc(d, func(e bson.E) bool { return e.Key == "ssn" })
-		orig[len(orig)-2] = 'X' // scribble on the input: must not matter
-		out, _ := bson.Marshal(d)
-		return out
-	})
-	doc, err := StoredDocument(env, dropSSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored := lookup(t, doc, "original").Document()
-	if _, err := stored.LookupErr("ssn"); err == nil {
-		t.Error("ssn stored")
-	}
-	if stored.Lookup("name").StringValue() != "Ann" {
-		t.Error("name lost")
-	}
-	if !lookup(t, doc, "original_redacted").Boolean() {
-		t.Error("original_redacted not set")
-	}
-	// A redacted original gets the fingerprint of what is stored
-	// (SchemeStored), never that of the unredacted payload.
-	if fp := lookup(t, doc, "fingerprint").StringValue(); fp == wantFP || fp != StoredFingerprint(stored) {
-		t.Errorf("fingerprint %s: want StoredFingerprint of the stored original, not %s", fp, wantFP)
-	}
-	if lookup(t, doc, "fingerprint_scheme").StringValue() != SchemeStored {
-		t.Error("fingerprint_scheme not sha256-stored")
-	}
-	if !bytes.Equal(env.Original, before) {
-		t.Error("the hook modified the caller's original")
-	}
-
-	doc, err = StoredDocument(env, WithRedact(func(orig bson.Raw) bson.Raw { return orig }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := doc.LookupErr("original_redacted"); err == nil {
-		t.Error("a no-op hook flagged the original redacted")
-	}
-
-	if _, err := StoredDocument(env, WithRedact(func(bson.Raw) bson.Raw { return bson.Raw{1, 2, 3} })); err == nil ||
-		!strings.Contains(err.Error(), "invalid BSON") {
-		t.Errorf("invalid hook output: err = %v", err)
-	}
-
-	env = sampleEnvelope(t)
-	doc, err = StoredDocument(env, WithRedactErrInfo(func(ei bson.Raw) bson.Raw {
-		return mustMarshal(t, bson.D{{Key: "redacted", Value: true}})
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !lookup(t, doc, "err_info").Document().Lookup("redacted").Boolean() {
-		t.Error("err_info not redacted")
-	}
-	if got := strings_(t, lookup(t, doc, "failing_keywords")); !slices.Equal(got, []string{"minimum"}) {
-		t.Errorf("keywords lost with errInfo redaction: %v", got)
 	}
 }
 

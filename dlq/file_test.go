@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"bytes"
@@ -14,11 +14,13 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/writeguard/writeguard/envelope"
 )
 
 // richEnvelope has an original and errInfo with every BSON type that
 // plain JSON would lose or confuse, and the given document_id.
-func richEnvelope(tb testing.TB, id bson.RawValue) Envelope {
+func richEnvelope(tb testing.TB, id bson.RawValue) envelope.Envelope {
 	tb.Helper()
 	dec, err := bson.ParseDecimal128("1.10")
 	if err != nil {
@@ -44,12 +46,12 @@ func richEnvelope(tb testing.TB, id bson.RawValue) Envelope {
 	env.Original = orig
 	env.DocumentID = id
 	env.IDAssigned = false
-	env.Fingerprint = Fingerprint(orig, false)
+	env.Fingerprint = envelope.Fingerprint(orig, false)
 	env.ErrInfo = mustMarshal(tb, bson.D{{Key: "failingDocumentId", Value: id}, {Key: "details", Value: bson.D{
 		{Key: "operatorName", Value: "$lt"}, {Key: "specifiedAs", Value: bson.D{{Key: "i64", Value: bson.D{{Key: "$lt", Value: int64(0)}}}}},
 		{Key: "consideredValue", Value: int64(1)}}}})
-	env.FailingKeywords = FailingKeywords(env.ErrInfo)
-	env.FailingPaths = FailingPaths(env.ErrInfo)
+	env.FailingKeywords = envelope.FailingKeywords(env.ErrInfo)
+	env.FailingPaths = envelope.FailingPaths(env.ErrInfo)
 	return env
 }
 
@@ -78,7 +80,7 @@ func TestFileSinkRoundTrip(t *testing.T) {
 		rawValue(t, bson.D{{Key: "tenant", Value: "a"}, {Key: "n", Value: int64(1)}}),
 		rawValue(t, bson.Binary{Subtype: 4, Data: bytes.Repeat([]byte{1}, 16)}),
 	}
-	var want []Envelope
+	var want []envelope.Envelope
 	for _, id := range ids {
 		want = append(want, richEnvelope(t, id))
 	}
@@ -132,7 +134,7 @@ func TestFileSinkRoundTrip(t *testing.T) {
 		if g.DocumentID.Type != w.DocumentID.Type || !g.DocumentID.Equal(w.DocumentID) {
 			t.Errorf("%d: document_id %v (%v), want %v (%v)", i, g.DocumentID, g.DocumentID.Type, w.DocumentID, w.DocumentID.Type)
 		}
-		if Fingerprint(g.Original, g.IDAssigned) != w.Fingerprint {
+		if envelope.Fingerprint(g.Original, g.IDAssigned) != w.Fingerprint {
 			t.Errorf("%d: fingerprint of the read original differs", i)
 		}
 		// Everything else, field by field; a 121 without errInfo gets a
@@ -166,7 +168,7 @@ func TestFileSinkConcurrent(t *testing.T) {
 			for i := 0; i < puts; i++ {
 				env := sampleEnvelope(t)
 				env.Namespace = fmt.Sprintf("db.c%d", w)
-				if err := s.Put(context.Background(), []Envelope{env, env}); err != nil {
+				if err := s.Put(context.Background(), []envelope.Envelope{env, env}); err != nil {
 					t.Error(err)
 				}
 			}
@@ -193,11 +195,11 @@ func TestReadFileCutShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Put(context.Background(), []Envelope{sampleEnvelope(t), sampleEnvelope(t)}); err != nil {
+	if err := s.Put(context.Background(), []envelope.Envelope{sampleEnvelope(t), sampleEnvelope(t)}); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.Close()
-	line, err := MarshalLine(sampleEnvelope(t))
+	line, err := envelope.MarshalLine(sampleEnvelope(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,15 +230,15 @@ func TestFileSinkRedactAndErrors(t *testing.T) {
 	defer s.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := s.Put(ctx, []Envelope{sampleEnvelope(t)}); !errors.Is(err, context.Canceled) {
+	if err := s.Put(ctx, []envelope.Envelope{sampleEnvelope(t)}); !errors.Is(err, context.Canceled) {
 		t.Errorf("done context: %v", err)
 	}
 	bad := sampleEnvelope(t)
 	bad.ErrInfo = bson.Raw{9, 0, 0, 0, 1}
-	if err := s.Put(context.Background(), []Envelope{sampleEnvelope(t), bad}); err == nil {
+	if err := s.Put(context.Background(), []envelope.Envelope{sampleEnvelope(t), bad}); err == nil {
 		t.Error("invalid err_info: no error")
 	}
-	if err := s.Put(context.Background(), []Envelope{sampleEnvelope(t)}); err != nil {
+	if err := s.Put(context.Background(), []envelope.Envelope{sampleEnvelope(t)}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := ReadFile(path)
@@ -260,7 +262,7 @@ func TestFilterQuery(t *testing.T) {
 		Paths:           []string{"qty"},
 		Codes:           []int32{121},
 		Namespaces:      []string{"shop.orders"},
-		Statuses:        []string{StatusPending},
+		Statuses:        []string{envelope.StatusPending},
 		Fingerprints:    []string{fp},
 		FirstSeenBefore: now.Add(-time.Hour),
 		OlderThan:       2 * time.Hour, // tighter than FirstSeenBefore
@@ -275,7 +277,7 @@ func TestFilterQuery(t *testing.T) {
 		{Key: "failing_paths", Value: bson.D{{Key: "$in", Value: []string{"qty"}}}},
 		{Key: "code", Value: bson.D{{Key: "$in", Value: []int32{121}}}},
 		{Key: "namespace", Value: bson.D{{Key: "$in", Value: []string{"shop.orders"}}}},
-		{Key: "status", Value: bson.D{{Key: "$in", Value: []string{StatusPending}}}},
+		{Key: "status", Value: bson.D{{Key: "$in", Value: []string{envelope.StatusPending}}}},
 		{Key: "fingerprint", Value: bson.D{{Key: "$in", Value: []string{fp}}}},
 		{Key: "first_seen", Value: bson.D{{Key: "$lt", Value: now.Add(-2 * time.Hour)}, {Key: "$gte", Value: now.Add(-24 * time.Hour)}}},
 	}
@@ -285,10 +287,10 @@ func TestFilterQuery(t *testing.T) {
 	if f.IsZero() || !(Filter{}).IsZero() {
 		t.Error("IsZero wrong")
 	}
-	if got := (Filter{}).WithDefaultStatus(StatusPending).Statuses; len(got) != 1 || got[0] != StatusPending {
+	if got := (Filter{}).WithDefaultStatus(envelope.StatusPending).Statuses; len(got) != 1 || got[0] != envelope.StatusPending {
 		t.Errorf("WithDefaultStatus: %v", got)
 	}
-	if got := (Filter{Statuses: []string{StatusReplayed}}).WithDefaultStatus(StatusPending).Statuses; got[0] != StatusReplayed {
+	if got := (Filter{Statuses: []string{envelope.StatusReplayed}}).WithDefaultStatus(envelope.StatusPending).Statuses; got[0] != envelope.StatusReplayed {
 		t.Errorf("WithDefaultStatus overrode: %v", got)
 	}
 

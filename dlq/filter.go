@@ -1,4 +1,4 @@
-package envelope
+package dlq
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/writeguard/writeguard/envelope"
 )
 
 // Filter selects envelopes of the dead-letter collection, for Stats,
@@ -27,8 +29,8 @@ type Filter struct {
 	// Namespaces selects envelopes by "<database>.<collection>" of the
 	// write's target.
 	Namespaces []string
-	// Statuses selects envelopes by status: StatusPending,
-	// StatusReplayed, StatusDiscarded, StatusQuarantined.
+	// Statuses selects envelopes by status: envelope.StatusPending,
+	// envelope.StatusReplayed, envelope.StatusDiscarded, envelope.StatusQuarantined.
 	Statuses []string
 	// Fingerprints selects envelopes by fingerprint (64 lowercase hex
 	// digits).
@@ -54,13 +56,13 @@ func (f Filter) IsZero() bool {
 
 // ErrBadFilter is wrapped by every error of Filter.Validate and
 // Filter.Query.
-var ErrBadFilter = errors.New("envelope: bad filter")
+var ErrBadFilter = errors.New("dlq: bad filter")
 
 // Validate checks f and returns an error wrapping ErrBadFilter that names
 // the first bad value: an empty keyword, path, namespace or fingerprint,
 // a fingerprint that is not 64 lowercase hex digits, a status other than
-// pending, replayed, discarded and quarantined, a code ≤ 0, a negative OlderThan or
-// NewerThan, or bounds that select no instant at all (FirstSeenAfter not
+// pending, replayed, discarded and quarantined, a code ≤ 0, a negative
+// OlderThan or NewerThan, or bounds that select no instant at all (FirstSeenAfter not
 // before FirstSeenBefore, NewerThan not longer than OlderThan).
 func (f Filter) Validate() error {
 	bad := func(format string, args ...any) error {
@@ -88,9 +90,9 @@ func (f Filter) Validate() error {
 	}
 	for _, s := range f.Statuses {
 		switch s {
-		case StatusPending, StatusReplayed, StatusDiscarded, StatusQuarantined:
+		case envelope.StatusPending, envelope.StatusReplayed, envelope.StatusDiscarded, envelope.StatusQuarantined:
 		default:
-			return bad("status %q: want %q, %q, %q or %q", s, StatusPending, StatusReplayed, StatusDiscarded, StatusQuarantined)
+			return bad("status %q: want %q, %q, %q or %q", s, envelope.StatusPending, envelope.StatusReplayed, envelope.StatusDiscarded, envelope.StatusQuarantined)
 		}
 	}
 	for _, fp := range f.Fingerprints {
