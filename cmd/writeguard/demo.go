@@ -379,3 +379,15 @@ func codeString(c envelope.CodeGroup) string {
 	}
 	return c.String()
 }
+
+// groups formats a breakdown on one line: "minimum 990, pattern 198".
+func groups(gs []envelope.Group) string {
+	parts := make([]string, 0, len(gs))
+	for _, g := range gs {
+		parts = append(parts, fmt.Sprintf("%s %s", g.Key, n(g.Envelopes)))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}

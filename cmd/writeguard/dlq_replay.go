@@ -27,6 +27,56 @@ import (
 	"github.com/writeguard/writeguard/replay"
 )
 
+// dlqReplayHelp is "dlq replay --help"'s text, before the flags.
+const dlqReplayHelp = `Usage: writeguard dlq replay [flags]
+
+Writes the originals of the pending envelopes the filters select into
+their collection (the envelope's namespace), in batches, through a guarded
+collection that retries transient errors. Written envelopes become
+"replayed"; those rejected again stay pending with one more attempt;
+duplicates of a document already written by an earlier (or interrupted)
+replay count as replayed. Running it again is safe: it resumes where an
+interrupted run stopped and never writes an inserted document twice.
+
+Anyone who can write the dead-letter collection can forge an envelope:
+its namespace and its original decide where the replay writes and what
+it runs, with your rights. So the replay writes only into the namespaces
+you name with --into db.collection (repeatable; required with --uri; with
+--data-dir the demo's collection), never into admin, local, config, a
+system.* collection or the dead-letter collection and its side
+collections; it runs inserts only unless --allow update,replace,delete
+says otherwise, and updateMany, deleteMany and filters without an _id
+condition only with --allow-multi. Each envelope refused stays pending
+with the reason recorded (list --json, show) and is counted; exit 3.
+
+An update, replace or delete whose replay was in flight when its replay
+died (killed, lost connection) may or may not have been applied: the
+next replay holds it (pending, replay_hold) instead of running it again;
+check the target, then discard it or replay it with --include-held.
+An envelope whose replay failed --quarantine-after times (default 5)
+becomes "quarantined" and is skipped; --include-quarantined retries it.
+
+With --data-dir there is no validator (the demo's validator lived in its
+proxy): give --validator FILE (Extended JSON, e.g. {"$jsonSchema": {...}})
+to enforce one on the replayed writes, or --no-validator to write every
+original unchecked. With --uri the target collection's own validator
+applies: widen it (collMod) first; a collection without one needs
+--no-validator too. The command says on stderr what will check the writes
+before it starts.
+
+--workers N replays with N workers at once; each claims its batches with
+a lease in the collection <dlq>_leases, so several workers, or several
+"dlq replay" processes started independently, drain one backlog without
+replaying an envelope twice, and each ends: an envelope is tried at most
+once by each run. Envelopes claimed by a worker that dies wait --lease
+for another.
+
+--dry-run writes nothing and says how many envelopes would pass the
+validator (the target's, or --validator FILE's); it takes the same
+validator flags as the replay it rehearses (--no-validator: every
+envelope would pass).
+`
+
 // addReplayFlags registers the flags of "dlq replay".
 func addReplayFlags(fs *flag.FlagSet, f *dlqFlags) {
 	fs.BoolVar(&f.dryRun, "dry-run", false, "write nothing; say how many envelopes would pass the validator")
