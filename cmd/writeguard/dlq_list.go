@@ -70,6 +70,13 @@ func dlqList(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter,
 		}
 		return exitOK
 	}
+	printList(stdout, items, f)
+	return exitOK
+}
+
+// printList prints list's table, then how to show or discard each
+// envelope that cannot be decoded, then the count.
+func printList(stdout io.Writer, items []listed, f dlqFlags) {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "FINGERPRINT\tDOCUMENT _ID\tSTATUS\tCODE\tKEYWORDS\tPATHS\tATTEMPTS\tLAST SEEN\tNAMESPACE")
 	var bad []*decodeProblem
@@ -95,9 +102,10 @@ func dlqList(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter,
 		fmt.Fprintf(stdout, " (limit %d; -limit 0 lists all)", f.limit)
 	}
 	fmt.Fprintln(stdout)
-	return exitOK
 }
 
+// listed is one envelope as dlq list --json prints it (show --json starts
+// with the same fields).
 type listed struct {
 	ID              string    `json:"id"`
 	Fingerprint     string    `json:"fingerprint"`

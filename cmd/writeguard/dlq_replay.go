@@ -488,21 +488,9 @@ func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collec
 	if err == nil || !errors.Is(err, replay.ErrDryRunUnsupported) {
 		return res, err
 	}
-	var v *jsonschema.Validator
-	if validator != nil {
-		if v, err = jsonschema.Compile(validator); err != nil {
-			return res, err
-		}
-	} else if tc := replay.TargetCollection(target); tc != nil {
-		cur, err := replay.CurrentValidator(ctx, tc)
-		if err != nil {
-			return res, err
-		}
-		if cur != nil {
-			if v, err = jsonschema.Compile(cur); err != nil {
-				return res, fmt.Errorf("the target's validator cannot be evaluated client-side: %w", err)
-			}
-		}
+	v, err := clientValidator(ctx, target, validator)
+	if err != nil {
+		return res, err
 	}
 	q, err := filter.WithDefaultStatus(envelope.StatusPending).Query(time.Now())
 	if err != nil {
@@ -516,36 +504,68 @@ func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collec
 	defer cur.Close(ctx)
 	res = replay.Result{DryRun: true}
 	for cur.Next(ctx) {
-		res.Matched++
-		res.Scanned++
-		op, _ := cur.Current.Lookup("operation").StringValueOK()
-		tr, _ := cur.Current.Lookup("original_truncated").BooleanOK()
-		rd, _ := cur.Current.Lookup("original_redacted").BooleanOK()
-		orig, ok := cur.Current.Lookup("original").DocumentOK()
-		if !ok || tr || rd || op == "bulkWrite" {
-			res.Undetermined++
-			continue
-		}
-		if v == nil {
-			res.WouldPass++
-			continue
-		}
-		var d bson.D
-		if err := bson.Unmarshal(orig, &d); err != nil {
-			res.Undetermined++
-			continue
-		}
-		if v.Validate(d) == nil {
-			res.WouldPass++
-		} else {
-			res.WouldFail++
-		}
+		tallyDryRun(&res, cur.Current, v)
 	}
 	res.Elapsed = time.Since(t0)
 	if validator != nil {
 		res.Validator, _ = bson.Marshal(validator)
 	}
 	return res, cur.Err()
+}
+
+// clientValidator compiles the validator a dry run evaluates in the
+// client: validator (--validator FILE), else the target's own; nil when
+// the target has none.
+func clientValidator(ctx context.Context, target writeguard.Collection, validator bson.D) (*jsonschema.Validator, error) {
+	var v *jsonschema.Validator
+	var err error
+	if validator != nil {
+		if v, err = jsonschema.Compile(validator); err != nil {
+			return nil, err
+		}
+	} else if tc := replay.TargetCollection(target); tc != nil {
+		cur, err := replay.CurrentValidator(ctx, tc)
+		if err != nil {
+			return nil, err
+		}
+		if cur != nil {
+			if v, err = jsonschema.Compile(cur); err != nil {
+				return nil, fmt.Errorf("the target's validator cannot be evaluated client-side: %w", err)
+			}
+		}
+	}
+	return v, nil
+}
+
+// tallyDryRun counts the envelope raw into a client-side dry run's res:
+// undetermined when its original cannot be replayed as stored (missing,
+// cut, redacted, a bulk write's), else whether v passes it (nil v: no
+// validator, it passes).
+func tallyDryRun(res *replay.Result, raw bson.Raw, v *jsonschema.Validator) {
+	res.Matched++
+	res.Scanned++
+	op, _ := raw.Lookup("operation").StringValueOK()
+	tr, _ := raw.Lookup("original_truncated").BooleanOK()
+	rd, _ := raw.Lookup("original_redacted").BooleanOK()
+	orig, ok := raw.Lookup("original").DocumentOK()
+	if !ok || tr || rd || op == "bulkWrite" {
+		res.Undetermined++
+		return
+	}
+	if v == nil {
+		res.WouldPass++
+		return
+	}
+	var d bson.D
+	if err := bson.Unmarshal(orig, &d); err != nil {
+		res.Undetermined++
+		return
+	}
+	if v.Validate(d) == nil {
+		res.WouldPass++
+	} else {
+		res.WouldFail++
+	}
 }
 
 // replayCounts names the outcomes of a replay run for

@@ -37,22 +37,8 @@ func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, 
 	if err != nil {
 		return failure(stderr, "dlq show", err)
 	}
-	switch {
-	case len(found) == 0:
-		fmt.Fprintf(stderr, "writeguard dlq show: no envelope with fingerprint, fingerprint prefix or document _id %q\n", id)
-		return exitFail
-	case len(found) > 1:
-		var fps []string
-		for _, r := range found[:min(len(found), showAmbiguous)] {
-			fp := rawString(r.Lookup("fingerprint"))
-			fps = append(fps, fp[:min(len(fp), 12)])
-		}
-		count := strconv.Itoa(len(found))
-		if len(found) > showAmbiguous {
-			count, fps = "more than "+strconv.Itoa(showAmbiguous), append(fps, "...")
-		}
-		return usageError(stderr, "dlq show", "%q is ambiguous: it matches %s envelopes (fingerprints %s); give more digits",
-			id, count, strings.Join(fps, ", "))
+	if code, done := showNotOne(found, id, stderr); done {
+		return code
 	}
 	raw := found[0]
 	if code, done := showUndecodable(raw, f, stdout, stderr); done {
@@ -68,11 +54,55 @@ func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, 
 		}
 		return exitOK
 	}
+	return showText(raw, stdout, stderr)
+}
+
+// showNotOne says on stderr that id matched no envelope (exit 1) or
+// several (a usage error naming them), and reports false when it matched
+// exactly one.
+func showNotOne(found []bson.Raw, id string, stderr io.Writer) (int, bool) {
+	switch {
+	case len(found) == 0:
+		fmt.Fprintf(stderr, "writeguard dlq show: no envelope with fingerprint, fingerprint prefix or document _id %q\n", id)
+		return exitFail, true
+	case len(found) > 1:
+		var fps []string
+		for _, r := range found[:min(len(found), showAmbiguous)] {
+			fp := rawString(r.Lookup("fingerprint"))
+			fps = append(fps, fp[:min(len(fp), 12)])
+		}
+		count := strconv.Itoa(len(found))
+		if len(found) > showAmbiguous {
+			count, fps = "more than "+strconv.Itoa(showAmbiguous), append(fps, "...")
+		}
+		return usageError(stderr, "dlq show", "%q is ambiguous: it matches %s envelopes (fingerprints %s); give more digits",
+			id, count, strings.Join(fps, ", ")), true
+	}
+	return 0, false
+}
+
+// showText shows an envelope that decodes: its fields as a table, then
+// its original and errInfo as indented Extended JSON.
+func showText(raw bson.Raw, stdout, stderr io.Writer) int {
 	l, err := toListed(raw)
 	if err != nil {
 		return failure(stderr, "dlq show", err)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	printShownFields(tw, raw, l)
+	e, err := envelope.Decode(raw)
+	if err != nil {
+		return failure(stderr, "dlq show", err)
+	}
+	printStoredForm(tw, &e)
+	tw.Flush()
+	printShownDocuments(stdout, &e)
+	return exitOK
+}
+
+// printShownFields prints the fields of the envelope l, read from raw, one
+// row each.
+func printShownFields(tw io.Writer, raw bson.Raw, l listed) {
 	fmt.Fprintf(tw, "fingerprint\t%s\n", l.Fingerprint)
 	fmt.Fprintf(tw, "document _id\t%s\n", l.DocumentID)
 	fmt.Fprintf(tw, "namespace\t%s\n", l.Namespace)
@@ -89,10 +119,10 @@ func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, 
 			fmt.Fprintf(tw, "%s\t%s\n", strings.ReplaceAll(k, "_", " "), rawString(v))
 		}
 	}
-	e, err := envelope.Decode(raw)
-	if err != nil {
-		return failure(stderr, "dlq show", err)
-	}
+}
+
+// printStoredForm prints what of e is stored as bytes, withheld or cut.
+func printStoredForm(tw io.Writer, e *envelope.Envelope) {
 	for _, b := range e.Binary {
 		fmt.Fprintf(tw, "stored as bytes\t%s (%s)\n", b.Field, b.Reason)
 	}
@@ -109,7 +139,11 @@ func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, 
 		}
 		fmt.Fprintln(tw, ")")
 	}
-	tw.Flush()
+}
+
+// printShownDocuments prints e's original and errInfo as indented
+// Extended JSON.
+func printShownDocuments(stdout io.Writer, e *envelope.Envelope) {
 	for _, x := range []struct {
 		k   string
 		doc bson.Raw
@@ -124,7 +158,6 @@ func dlqShow(ctx context.Context, dlq *mongo.Collection, id string, f dlqFlags, 
 		}
 		fmt.Fprintf(stdout, "%s:\n  %s\n", k, js)
 	}
-	return exitOK
 }
 
 var hexRE = regexp.MustCompile(`^[0-9a-f]{1,64}$`)

@@ -26,35 +26,47 @@ func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter
 		return failure(stderr, "dlq stats", err)
 	}
 	if f.asJSON {
-		out := map[string]any{
-			"collection":   f.db + "." + f.coll,
-			"envelopes":    s.Envelopes,
-			"attempts":     s.Attempts,
-			"pending":      s.Pending,
-			"quarantined":  s.Quarantined,
-			"held":         s.Held,
-			"by_status":    groupMap(s.ByStatus),
-			"by_keyword":   groupMap(s.ByKeyword),
-			"by_path":      groupMap(s.ByPath),
-			"by_code":      codeMap(s.ByCode),
-			"by_namespace": groupMap(s.ByNamespace),
-		}
-		if !s.OldestPending.IsZero() {
-			out["oldest_pending"] = s.OldestPending
-			out["oldest_pending_age_seconds"] = int64(s.OldestPendingAge.Seconds())
-		}
-		if s.Undecodable > 0 {
-			out["undecodable"] = s.Undecodable
-			out["undecodable_envelopes"] = decodeProblems(s.UndecodableErrors)
-		}
-		if s.DiscardedUndecodable > 0 {
-			out["undecodable_discarded"] = s.DiscardedUndecodable
-		}
-		if err := writeJSON(stdout, out); err != nil {
+		if err := writeJSON(stdout, statsJSON(s, f)); err != nil {
 			return failure(stderr, "dlq stats", err)
 		}
 		return exitOK
 	}
+	printStats(stdout, s, f)
+	return exitOK
+}
+
+// statsJSON is dlq stats --json's object.
+func statsJSON(s envelope.Summary, f dlqFlags) map[string]any {
+	out := map[string]any{
+		"collection":   f.db + "." + f.coll,
+		"envelopes":    s.Envelopes,
+		"attempts":     s.Attempts,
+		"pending":      s.Pending,
+		"quarantined":  s.Quarantined,
+		"held":         s.Held,
+		"by_status":    groupMap(s.ByStatus),
+		"by_keyword":   groupMap(s.ByKeyword),
+		"by_path":      groupMap(s.ByPath),
+		"by_code":      codeMap(s.ByCode),
+		"by_namespace": groupMap(s.ByNamespace),
+	}
+	if !s.OldestPending.IsZero() {
+		out["oldest_pending"] = s.OldestPending
+		out["oldest_pending_age_seconds"] = int64(s.OldestPendingAge.Seconds())
+	}
+	if s.Undecodable > 0 {
+		out["undecodable"] = s.Undecodable
+		out["undecodable_envelopes"] = decodeProblems(s.UndecodableErrors)
+	}
+	if s.DiscardedUndecodable > 0 {
+		out["undecodable_discarded"] = s.DiscardedUndecodable
+	}
+	return out
+}
+
+// printStats prints the totals and the envelopes that cannot be decoded,
+// then a table per breakdown.
+func printStats(stdout io.Writer, s envelope.Summary, f dlqFlags) {
 	fmt.Fprintf(stdout, "%s.%s: %s (%s), %s pending", f.db, f.coll, plural(s.Envelopes, "envelope"), plural(s.Attempts, "rejection"), n(s.Pending))
 	if !s.OldestPending.IsZero() {
 		fmt.Fprintf(stdout, ", oldest pending first seen %s ago", s.OldestPendingAge.Round(time.Second))
@@ -72,6 +84,12 @@ func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter
 	if s.DiscardedUndecodable > 0 {
 		fmt.Fprintf(stdout, "%s that cannot be decoded %s discarded (not counted above)\n", plural(s.DiscardedUndecodable, "envelope"), wasWere(s.DiscardedUndecodable))
 	}
+	printStatsGroups(stdout, s)
+}
+
+// printStatsGroups prints a table per breakdown of s: status, keyword,
+// path, code, namespace.
+func printStatsGroups(stdout io.Writer, s envelope.Summary) {
 	width := 12
 	for _, gs := range [][]envelope.Group{s.ByKeyword, s.ByPath, s.ByNamespace} {
 		for _, g := range gs {
@@ -99,7 +117,6 @@ func dlqStats(ctx context.Context, dlq *mongo.Collection, filter envelope.Filter
 	}
 	section("CODE", codes)
 	section("NAMESPACE", s.ByNamespace)
-	return exitOK
 }
 
 func groupMap(gs []envelope.Group) map[string]int64 {
