@@ -229,22 +229,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	ns := cfg.Database + "." + cfg.Collection
 	dlqNS := cfg.Database + "." + cfg.DLQ
-
-	var script *faultproxy.Script
-	var popts []faultproxy.Option
-	switch {
-	case cfg.Sharded && cfg.URI != "":
-		return nil, errors.New("demo: the sharded bed is the embedded server's: drop --sharded or --uri")
-	case cfg.Sharded:
-		script, err = ShardedScript(ns, cfg.Seed, !cfg.NoFaults)
-		popts = []faultproxy.Option{faultproxy.WithSharded(faultproxy.Sharding{}), faultproxy.WithLimits(ShardedLimits)}
-	case cfg.URI == "":
-		script, err = Script(ns, cfg.Seed, !cfg.NoFaults)
-	}
-	if err != nil {
-		return nil, err
-	}
-	c, err := conn.Open(ctx, conn.Options{URI: cfg.URI, DataDir: cfg.DataDir, Script: script, ProxyOptions: popts})
+	c, err := openServer(ctx, cfg, ns)
 	if err != nil {
 		return nil, err
 	}
@@ -266,23 +251,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	c.Commands.Reset()
 
-	// The write phase.
-	var st stats
-	out := make([]rowOutcome, len(rows))
-	orders, err := guardOrders(db, cfg, c.Kind, out, &st)
+	out, err := writePhase(ctx, db, cfg, c.Kind, rows, res)
 	if err != nil {
 		return nil, err
-	}
-	tw := time.Now()
-	res.Batches, res.Interrupted, err = writeAll(ctx, orders, rows, out, cfg)
-	if err != nil {
-		return nil, err
-	}
-	res.WriteSeconds = time.Since(tw).Seconds()
-	res.Attempts, res.DocumentsSent, res.BudgetExhausted = st.attempts, st.docsSent, st.budget
-	res.Retries, res.RetriesByCause = st.retries, st.byCause
-	if res.RetriesByCause == nil {
-		res.RetriesByCause = map[string]int64{}
 	}
 
 	serverCounts(c, ns, dlqNS, res)
@@ -302,6 +273,52 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cfg.Finished(ctx, res, db.Collection(cfg.DLQ))
 	}
 	return res, nil
+}
+
+// openServer starts the server the demo writes to, unless cfg.URI names
+// one: the embedded FerretDB behind faultproxy with the demo's validator
+// and fault schedule (Script, ShardedScript); and connects to it.
+func openServer(ctx context.Context, cfg Config, ns string) (*conn.Conn, error) {
+	var script *faultproxy.Script
+	var popts []faultproxy.Option
+	var err error
+	switch {
+	case cfg.Sharded && cfg.URI != "":
+		return nil, errors.New("demo: the sharded bed is the embedded server's: drop --sharded or --uri")
+	case cfg.Sharded:
+		script, err = ShardedScript(ns, cfg.Seed, !cfg.NoFaults)
+		popts = []faultproxy.Option{faultproxy.WithSharded(faultproxy.Sharding{}), faultproxy.WithLimits(ShardedLimits)}
+	case cfg.URI == "":
+		script, err = Script(ns, cfg.Seed, !cfg.NoFaults)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return conn.Open(ctx, conn.Options{URI: cfg.URI, DataDir: cfg.DataDir, Script: script, ProxyOptions: popts})
+}
+
+// writePhase wraps the target (guardOrders) and writes the rows
+// (writeAll); it returns each row's outcome and records the batches, the
+// write time, the attempts and the retries in res.
+func writePhase(ctx context.Context, db *mongo.Database, cfg Config, kind string, rows []Row, res *Result) ([]rowOutcome, error) {
+	var st stats
+	out := make([]rowOutcome, len(rows))
+	orders, err := guardOrders(db, cfg, kind, out, &st)
+	if err != nil {
+		return nil, err
+	}
+	tw := time.Now()
+	res.Batches, res.Interrupted, err = writeAll(ctx, orders, rows, out, cfg)
+	if err != nil {
+		return nil, err
+	}
+	res.WriteSeconds = time.Since(tw).Seconds()
+	res.Attempts, res.DocumentsSent, res.BudgetExhausted = st.attempts, st.docsSent, st.budget
+	res.Retries, res.RetriesByCause = st.retries, st.byCause
+	if res.RetriesByCause == nil {
+		res.RetriesByCause = map[string]int64{}
+	}
+	return out, nil
 }
 
 // guardOrders wraps the target collection: the dead-letter sink, the
@@ -437,7 +454,6 @@ func writeAll(ctx context.Context, orders *writeguard.Guarded, rows []Row, out [
 		bar = progress.New(cfg.Progress, "writing", len(rows))
 		defer bar.Finish()
 	}
-	type span struct{ lo, hi int }
 	work := make(chan span)
 	var (
 		wg       sync.WaitGroup
@@ -452,49 +468,12 @@ func writeAll(ctx context.Context, orders *writeguard.Guarded, rows []Row, out [
 		go func() {
 			defer wg.Done()
 			for s := range work {
-				docs := make([]any, 0, s.hi-s.lo)
-				for i := s.lo; i < s.hi; i++ {
-					docs = append(docs, rows[i].Doc)
-				}
-				bctx, cancel := context.WithTimeout(context.WithValue(wctx, batchKey{}, s.lo), 5*time.Minute)
-				_, err := orders.InsertMany(bctx, docs, options.InsertMany().SetOrdered(false))
-				cancel()
-				var rep *writeguard.Report
-				switch {
-				case err == nil:
-					// Every document ended written or already_written (a
-					// reply lost, read back): the Disposition hook said
-					// which.
-					for i := s.lo; i < s.hi; i++ {
-						out[i].disp = out[i].hookDisp
-						if out[i].disp == "" {
-							out[i].disp = writeguard.Written
-						}
-					}
-				case errors.As(err, &rep) && len(rep.Outcomes) == s.hi-s.lo:
-					for j, o := range rep.Outcomes {
-						r := &out[s.lo+j]
-						r.disp = o.Disposition
-						r.attempts = o.Attempts
-						r.batch = s.lo
-						r.maybe = o.MaybeWritten
-						if o.Failure != nil {
-							r.code = o.Failure.Code
-						}
-						if o.Disposition == writeguard.DeadLettered && o.Failure != nil {
-							r.keywords = envelope.FailingKeywords(o.Failure.ErrInfo)
-							r.kwPaths = KeywordPaths(o.Failure.ErrInfo)
-						}
-					}
-				default:
+				if err := insertBatch(wctx, orders, rows, out, s); err != nil {
 					errMu.Lock()
 					if firstErr == nil {
-						firstErr = fmt.Errorf("insert rows %d..%d: %w", s.lo+1, s.hi, err)
+						firstErr = err
 					}
 					errMu.Unlock()
-					for i := s.lo; i < s.hi; i++ {
-						out[i].disp = writeguard.Failed
-					}
 				}
 				bar.Add(s.hi - s.lo)
 			}
@@ -519,6 +498,56 @@ func writeAll(ctx context.Context, orders *writeguard.Guarded, rows []Row, out [
 		}
 	}
 	return batches, interrupted, firstErr
+}
+
+// span is a batch: the rows lo to hi-1.
+type span struct{ lo, hi int }
+
+// insertBatch inserts the rows of s with one guarded, unordered
+// InsertMany, bounded by 5 minutes, and records each row's outcome in out.
+// When the call fails without a Report covering its rows, they are all
+// failed and the error is returned.
+func insertBatch(wctx context.Context, orders *writeguard.Guarded, rows []Row, out []rowOutcome, s span) error {
+	docs := make([]any, 0, s.hi-s.lo)
+	for i := s.lo; i < s.hi; i++ {
+		docs = append(docs, rows[i].Doc)
+	}
+	bctx, cancel := context.WithTimeout(context.WithValue(wctx, batchKey{}, s.lo), 5*time.Minute)
+	_, err := orders.InsertMany(bctx, docs, options.InsertMany().SetOrdered(false))
+	cancel()
+	var rep *writeguard.Report
+	switch {
+	case err == nil:
+		// Every document ended written or already_written (a reply lost,
+		// read back): the Disposition hook said which.
+		for i := s.lo; i < s.hi; i++ {
+			out[i].disp = out[i].hookDisp
+			if out[i].disp == "" {
+				out[i].disp = writeguard.Written
+			}
+		}
+	case errors.As(err, &rep) && len(rep.Outcomes) == s.hi-s.lo:
+		for j, o := range rep.Outcomes {
+			r := &out[s.lo+j]
+			r.disp = o.Disposition
+			r.attempts = o.Attempts
+			r.batch = s.lo
+			r.maybe = o.MaybeWritten
+			if o.Failure != nil {
+				r.code = o.Failure.Code
+			}
+			if o.Disposition == writeguard.DeadLettered && o.Failure != nil {
+				r.keywords = envelope.FailingKeywords(o.Failure.ErrInfo)
+				r.kwPaths = KeywordPaths(o.Failure.ErrInfo)
+			}
+		}
+	default:
+		for i := s.lo; i < s.hi; i++ {
+			out[i].disp = writeguard.Failed
+		}
+		return fmt.Errorf("insert rows %d..%d: %w", s.lo+1, s.hi, err)
+	}
+	return nil
 }
 
 // SetupSummary is a one-line form of an EnsureCollection report:
