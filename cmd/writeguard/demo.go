@@ -48,49 +48,18 @@ The demo DROPS writeguard_demo.orders and writeguard_demo.dead_letters
 Flags:
 `
 
+// runDemo is "writeguard demo".
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("writeguard demo", flag.ContinueOnError)
 	var cfg demo.Config
 	var asJSON bool
 	var tf telemetryFlags
-	fs.StringVar(&cfg.URI, "uri", "", "MongoDB `URI` to use instead of the embedded server: a real validator, no injected faults")
-	fs.StringVar(&cfg.DataDir, "data-dir", "", "keep the embedded server's data in `DIR`, for 'writeguard dlq --data-dir DIR' afterwards")
-	fs.Int64Var(&cfg.Seed, "seed", demo.DefaultSeed, "seed of the fault schedule (embedded server)")
-	fs.BoolVar(&cfg.NoFaults, "no-faults", false, "inject no faults (the validator is still emulated)")
-	fs.IntVar(&cfg.Batch, "batch", demo.DefaultBatch, "documents per InsertMany (unordered)")
-	fs.IntVar(&cfg.Workers, "workers", demo.DefaultWorkers, "concurrent InsertMany calls")
-	fs.IntVar(&cfg.Limit, "limit", 0, "load only the first `N` rows (0: all 42,481)")
-	fs.IntVar(&cfg.MaxAttempts, "max-attempts", demo.DefaultMaxAttempts, "writeguard's attempts per document, the first included (1: no retries, so injected faults stay unresolved and the check fails)")
-	fs.StringVar(&cfg.Database, "db", demo.DefaultDatabase, "`database` of the target (orders) and dead-letter (dead_letters) collections")
-	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of the tables")
-	fs.BoolVar(&cfg.Sharded, "sharded", false, "present the embedded server as a mongos with two shards (maxWriteBatchSize 100; shard failures after partial application among the faults)")
-	addTelemetryFlags(fs, &tf, true)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), demoUsage)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), "\nExit status: 0 ok; 1 operational failure or interrupted (the accounting is still\nprinted); 2 usage error; 3 accounting check failed.\n")
-	}
+	fs := demoFlagSet(&cfg, &asJSON, &tf)
 	pos, code, stop := parseFlags(fs, args, stdout, stderr)
 	if stop {
 		return code
 	}
-	switch {
-	case len(pos) > 0:
-		return usageError(stderr, "demo", "unexpected argument %q", pos[0])
-	case cfg.Batch < 1 || cfg.Batch > 100000:
-		return usageError(stderr, "demo", "-batch %d: want 1..100000", cfg.Batch)
-	case cfg.Workers < 1 || cfg.Workers > 64:
-		return usageError(stderr, "demo", "-workers %d: want 1..64", cfg.Workers)
-	case cfg.Limit < 0:
-		return usageError(stderr, "demo", "-limit %d: want ≥ 0", cfg.Limit)
-	case cfg.URI != "" && cfg.Sharded:
-		return usageError(stderr, "demo", "-sharded applies to the embedded server only; drop it or -uri")
-	case cfg.URI != "" && cfg.DataDir != "":
-		return usageError(stderr, "demo", "-data-dir applies to the embedded server only; drop it or -uri")
-	case cfg.Database == "":
-		return usageError(stderr, "demo", "-db must not be empty")
-	case tf.check() != "":
-		return usageError(stderr, "demo", "%s", tf.check())
+	if code := checkDemoArgs(pos, cfg, &tf, stderr); code != exitOK {
+		return code
 	}
 	if f, ok := stderr.(*os.File); ok && progress.IsTerminal(f) { // the bar is drawn on stderr
 		cfg.Progress = stderr
@@ -121,27 +90,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return failure(stderr, "demo", err)
 		}
 		cfg.Hooks = []hooks.Hooks{h}
-		cfg.Finished = func(ctx context.Context, res *demo.Result, dlq *mongo.Collection) {
-			// The backlog gauges of the demo's dead-letter collection,
-			// then the report, then --linger for the scrapers.
-			obs, err := otelhook.ObserveDLQ(context.WithoutCancel(ctx), dlq,
-				otelhook.WithMeterProvider(tel.MeterProvider), otelhook.WithPollInterval(time.Second))
-			if err != nil {
-				fmt.Fprintf(stderr, "writeguard demo: dead-letter gauges: %s\n", scrubbed(err.Error()))
-			}
-			if tf.linger > 0 {
-				if err := report(res); err != nil {
-					fmt.Fprintf(stderr, "writeguard demo: %s\n", scrubbed(err.Error()))
-				}
-			}
-			tel.Linger(ctx)
-			if err := tel.Flush(context.WithoutCancel(ctx)); err != nil {
-				fmt.Fprintf(stderr, "writeguard demo: telemetry: %s\n", scrubbed(err.Error()))
-			}
-			if obs != nil {
-				_ = obs.Stop()
-			}
-		}
+		cfg.Finished = demoFinished(tel, &tf, report, stderr)
 	}
 	res, err := demo.Run(ctx, cfg)
 	if err != nil {
@@ -156,6 +105,87 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return failure(stderr, "demo", err)
 		}
 	}
+	return demoExit(res, stderr)
+}
+
+// demoFlagSet defines the flags of demo into cfg, asJSON and tf, and its
+// usage text.
+func demoFlagSet(cfg *demo.Config, asJSON *bool, tf *telemetryFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("writeguard demo", flag.ContinueOnError)
+	fs.StringVar(&cfg.URI, "uri", "", "MongoDB `URI` to use instead of the embedded server: a real validator, no injected faults")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "keep the embedded server's data in `DIR`, for 'writeguard dlq --data-dir DIR' afterwards")
+	fs.Int64Var(&cfg.Seed, "seed", demo.DefaultSeed, "seed of the fault schedule (embedded server)")
+	fs.BoolVar(&cfg.NoFaults, "no-faults", false, "inject no faults (the validator is still emulated)")
+	fs.IntVar(&cfg.Batch, "batch", demo.DefaultBatch, "documents per InsertMany (unordered)")
+	fs.IntVar(&cfg.Workers, "workers", demo.DefaultWorkers, "concurrent InsertMany calls")
+	fs.IntVar(&cfg.Limit, "limit", 0, "load only the first `N` rows (0: all 42,481)")
+	fs.IntVar(&cfg.MaxAttempts, "max-attempts", demo.DefaultMaxAttempts, "writeguard's attempts per document, the first included (1: no retries, so injected faults stay unresolved and the check fails)")
+	fs.StringVar(&cfg.Database, "db", demo.DefaultDatabase, "`database` of the target (orders) and dead-letter (dead_letters) collections")
+	fs.BoolVar(asJSON, "json", false, "print one JSON object instead of the tables")
+	fs.BoolVar(&cfg.Sharded, "sharded", false, "present the embedded server as a mongos with two shards (maxWriteBatchSize 100; shard failures after partial application among the faults)")
+	addTelemetryFlags(fs, tf, true)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), demoUsage)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), "\nExit status: 0 ok; 1 operational failure or interrupted (the accounting is still\nprinted); 2 usage error; 3 accounting check failed.\n")
+	}
+	return fs
+}
+
+// checkDemoArgs checks the arguments of demo before any connection: it
+// returns exitOK, or prints a usage error naming what is wrong and returns
+// its exit status.
+func checkDemoArgs(pos []string, cfg demo.Config, tf *telemetryFlags, stderr io.Writer) int {
+	switch {
+	case len(pos) > 0:
+		return usageError(stderr, "demo", "unexpected argument %q", pos[0])
+	case cfg.Batch < 1 || cfg.Batch > 100000:
+		return usageError(stderr, "demo", "-batch %d: want 1..100000", cfg.Batch)
+	case cfg.Workers < 1 || cfg.Workers > 64:
+		return usageError(stderr, "demo", "-workers %d: want 1..64", cfg.Workers)
+	case cfg.Limit < 0:
+		return usageError(stderr, "demo", "-limit %d: want ≥ 0", cfg.Limit)
+	case cfg.URI != "" && cfg.Sharded:
+		return usageError(stderr, "demo", "-sharded applies to the embedded server only; drop it or -uri")
+	case cfg.URI != "" && cfg.DataDir != "":
+		return usageError(stderr, "demo", "-data-dir applies to the embedded server only; drop it or -uri")
+	case cfg.Database == "":
+		return usageError(stderr, "demo", "-db must not be empty")
+	case tf.check() != "":
+		return usageError(stderr, "demo", "%s", tf.check())
+	}
+	return exitOK
+}
+
+// demoFinished is the demo's Config.Finished when telemetry is exported:
+// the backlog gauges of the demo's dead-letter collection, then the report
+// (with --linger), then --linger for the scrapers, then a flush of the
+// exporters.
+func demoFinished(tel *telemetry, tf *telemetryFlags, report func(*demo.Result) error, stderr io.Writer) func(context.Context, *demo.Result, *mongo.Collection) {
+	return func(ctx context.Context, res *demo.Result, dlq *mongo.Collection) {
+		obs, err := otelhook.ObserveDLQ(context.WithoutCancel(ctx), dlq,
+			otelhook.WithMeterProvider(tel.MeterProvider), otelhook.WithPollInterval(time.Second))
+		if err != nil {
+			fmt.Fprintf(stderr, "writeguard demo: dead-letter gauges: %s\n", scrubbed(err.Error()))
+		}
+		if tf.linger > 0 {
+			if err := report(res); err != nil {
+				fmt.Fprintf(stderr, "writeguard demo: %s\n", scrubbed(err.Error()))
+			}
+		}
+		tel.Linger(ctx)
+		if err := tel.Flush(context.WithoutCancel(ctx)); err != nil {
+			fmt.Fprintf(stderr, "writeguard demo: telemetry: %s\n", scrubbed(err.Error()))
+		}
+		if obs != nil {
+			_ = obs.Stop()
+		}
+	}
+}
+
+// demoExit is the exit status of a demo that ran: 3 when the accounting
+// check failed, 1 when it was interrupted.
+func demoExit(res *demo.Result, stderr io.Writer) int {
 	switch {
 	case !res.OK:
 		return exitCheck
@@ -378,4 +408,16 @@ func codeString(c deadletter.CodeGroup) string {
 		c.CodeName = codeNames[c.Code]
 	}
 	return c.String()
+}
+
+// groups formats a breakdown on one line: "minimum 990, pattern 198".
+func groups(gs []deadletter.Group) string {
+	parts := make([]string, 0, len(gs))
+	for _, g := range gs {
+		parts = append(parts, fmt.Sprintf("%s %s", g.Key, n(g.Envelopes)))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }

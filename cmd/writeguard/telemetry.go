@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
@@ -125,21 +126,9 @@ func startTelemetry(ctx context.Context, tf *telemetryFlags, service string, std
 	}
 
 	if tf.otlpOn() {
-		var topts []otlptracehttp.Option
-		var mopts []otlpmetrichttp.Option
-		if tf.otlp != "" {
-			base := strings.TrimRight(tf.otlp, "/")
-			topts = append(topts, otlptracehttp.WithEndpointURL(base+"/v1/traces"))
-			mopts = append(mopts, otlpmetrichttp.WithEndpointURL(base+"/v1/metrics"))
-		}
-		texp, err := otlptracehttp.New(ctx, topts...)
+		texp, mexp, err := otlpExporters(ctx, tf)
 		if err != nil {
-			return nil, fmt.Errorf("otlp traces: %w", err)
-		}
-		mexp, err := otlpmetrichttp.New(ctx, mopts...)
-		if err != nil {
-			_ = texp.Shutdown(ctx)
-			return nil, fmt.Errorf("otlp metrics: %w", err)
+			return nil, err
 		}
 		undo = append(undo, texp.Shutdown, mexp.Shutdown)
 		tpOpts = append(tpOpts, sdktrace.WithBatcher(texp))
@@ -155,31 +144,12 @@ func startTelemetry(ctx context.Context, tf *telemetryFlags, service string, std
 		tpOpts = append(tpOpts, sdktrace.WithSyncer(fe))
 	}
 	if tf.metricsAddr != "" {
-		reg := prometheus.NewRegistry()
-		pexp, err := otelprom.New(otelprom.WithRegisterer(reg),
-			otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
+		pexp, err := t.servePrometheus(tf, stderr)
 		if err != nil {
 			cleanup()
-			return nil, fmt.Errorf("prometheus exporter: %w", err)
+			return nil, err
 		}
 		mpOpts = append(mpOpts, sdkmetric.WithReader(pexp))
-		ln, err := net.Listen("tcp", tf.metricsAddr)
-		if err != nil {
-			cleanup()
-			return nil, fmt.Errorf("-metrics-addr: %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		t.MetricsURL = "http://" + ln.Addr().String() + "/metrics"
-		fmt.Fprintf(stderr, "metrics: %s\n", t.MetricsURL)
-		t.closers = append(t.closers, func(ctx context.Context) error {
-			if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
 	}
 	if len(tpOpts) > 0 {
 		tp := sdktrace.NewTracerProvider(append(tpOpts, sdktrace.WithResource(res))...)
@@ -196,6 +166,58 @@ func startTelemetry(ctx context.Context, tf *telemetryFlags, service string, std
 		t.closers = append([]func(context.Context) error{mp.Shutdown}, t.closers...)
 	}
 	return t, nil
+}
+
+// otlpExporters makes the OTLP/HTTP exporters of traces and metrics: to
+// --otlp-endpoint's /v1/traces and /v1/metrics, else where the
+// OTEL_EXPORTER_OTLP_* variables say.
+func otlpExporters(ctx context.Context, tf *telemetryFlags) (*otlptrace.Exporter, *otlpmetrichttp.Exporter, error) {
+	var topts []otlptracehttp.Option
+	var mopts []otlpmetrichttp.Option
+	if tf.otlp != "" {
+		base := strings.TrimRight(tf.otlp, "/")
+		topts = append(topts, otlptracehttp.WithEndpointURL(base+"/v1/traces"))
+		mopts = append(mopts, otlpmetrichttp.WithEndpointURL(base+"/v1/metrics"))
+	}
+	texp, err := otlptracehttp.New(ctx, topts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("otlp traces: %w", err)
+	}
+	mexp, err := otlpmetrichttp.New(ctx, mopts...)
+	if err != nil {
+		_ = texp.Shutdown(ctx)
+		return nil, nil, fmt.Errorf("otlp metrics: %w", err)
+	}
+	return texp, mexp, nil
+}
+
+// servePrometheus serves the metrics in Prometheus text format on
+// --metrics-addr, path /metrics, until Close, and returns the reader that
+// feeds them.
+func (t *telemetry) servePrometheus(tf *telemetryFlags, stderr io.Writer) (*otelprom.Exporter, error) {
+	reg := prometheus.NewRegistry()
+	pexp, err := otelprom.New(otelprom.WithRegisterer(reg),
+		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	ln, err := net.Listen("tcp", tf.metricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("-metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.MetricsURL = "http://" + ln.Addr().String() + "/metrics"
+	fmt.Fprintf(stderr, "metrics: %s\n", t.MetricsURL)
+	t.closers = append(t.closers, func(ctx context.Context) error {
+		if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	return pexp, nil
 }
 
 // Flush exports what the providers hold now (OTLP), without closing.

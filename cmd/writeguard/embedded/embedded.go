@@ -82,26 +82,10 @@ func Start(ctx context.Context, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("embedded: start: %w", err)
 	}
 
-	var c config
-	for _, o := range opts {
-		o(&c)
-	}
+	c := newConfig(opts)
 
-	if c.logger == nil {
-		c.logger = slog.New(slog.DiscardHandler)
-	}
-
-	dir, removeDir := c.dataDir, false
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "writeguard-ferretdb-")
-		if err != nil {
-			return nil, fmt.Errorf("embedded: create temporary data directory: %w", err)
-		}
-
-		dir, removeDir = tmp, true
-	} else if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("embedded: create data directory: %w", err)
-	} else if err := privateDir(dir); err != nil {
+	dir, removeDir, err := dataDir(c.dataDir)
+	if err != nil {
 		return nil, err
 	}
 
@@ -117,6 +101,85 @@ func Start(ctx context.Context, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("embedded: data directory: %w", err)
 	}
 
+	f, err := newFerretDB(abs, c.logger)
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("embedded: start FerretDB: %w", err)
+	}
+
+	// MongoDBURI blocks until the TCP listener is bound, which New has
+	// already done; it is "mongodb://127.0.0.1:PORT/".
+	base, err := url.Parse(f.MongoDBURI())
+	if err != nil {
+		stopFerretDB(f)
+
+		cleanup()
+
+		return nil, fmt.Errorf("embedded: parse FerretDB URI: %w", err)
+	}
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		addr:    base.Host,
+		uri:     clientURI(base.Host),
+		dataDir: abs,
+		cancel:  cancel,
+		done:    make(chan struct{}),
+	}
+
+	go s.run(runCtx, f, dir, removeDir)
+
+	return s, nil
+}
+
+// newConfig applies opts over the defaults: a temporary data directory,
+// FerretDB's logging discarded.
+func newConfig(opts []Option) config {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+
+	return c
+}
+
+// stopFerretDB stops f before it ran: Run with a done context closes the
+// listener, handler and backend.
+func stopFerretDB(f *ferretdb.FerretDB) {
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+
+	_ = f.Run(stopped)
+}
+
+// dataDir returns the directory the server keeps its files in: dir
+// (created 0700 with its parents if it does not exist, made private:
+// privateDir), or when dir is "" a new temporary directory, which
+// removeDir says Close removes.
+func dataDir(dir string) (_ string, removeDir bool, _ error) {
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "writeguard-ferretdb-")
+		if err != nil {
+			return "", false, fmt.Errorf("embedded: create temporary data directory: %w", err)
+		}
+
+		dir, removeDir = tmp, true
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", false, fmt.Errorf("embedded: create data directory: %w", err)
+	} else if err := privateDir(dir); err != nil {
+		return "", false, err
+	}
+
+	return dir, removeDir, nil
+}
+
+// newFerretDB creates FerretDB with its SQLite backend keeping its files
+// in the directory abs (an absolute path), listening on listenAddr.
+func newFerretDB(abs string, logger *slog.Logger) (*ferretdb.FerretDB, error) {
 	// The SQLite backend wants a "file:" URI naming an existing directory,
 	// with a trailing slash; it keeps one .sqlite file per database there.
 	// FerretDB adds busy_timeout, journal_mode(wal) and auto_vacuum.
@@ -133,63 +196,37 @@ func Start(ctx context.Context, opts ...Option) (*Server, error) {
 	newMu.Lock()
 	f, err := ferretdb.New(&ferretdb.Config{
 		Listener:  ferretdb.ListenerConfig{TCP: listenAddr},
-		Logger:    c.logger,
+		Logger:    logger,
 		Handler:   "sqlite",
 		SQLiteURL: sqliteURL,
 	})
 	newMu.Unlock()
 
-	if err != nil {
-		cleanup()
-		return nil, fmt.Errorf("embedded: start FerretDB: %w", err)
+	return f, err
+}
+
+// run runs f until runCtx is cancelled (Close), then makes the files of a
+// kept data directory private again or removes a temporary one, and
+// records the error Close returns.
+func (s *Server) run(runCtx context.Context, f *ferretdb.FerretDB, dir string, removeDir bool) {
+	defer close(s.done)
+
+	// Run closes the listener when runCtx is cancelled, waits for
+	// every connection goroutine, then closes the handler and the
+	// SQLite backend. It always returns nil in v1.24.
+	err := f.Run(runCtx)
+
+	if !removeDir {
+		err = errors.Join(err, privateDir(dir))
 	}
 
-	// MongoDBURI blocks until the TCP listener is bound, which New has
-	// already done; it is "mongodb://127.0.0.1:PORT/".
-	base, err := url.Parse(f.MongoDBURI())
-	if err != nil {
-		// Run with a done context closes the listener, handler and backend.
-		stopped, stop := context.WithCancel(context.Background())
-		stop()
-
-		_ = f.Run(stopped)
-
-		cleanup()
-
-		return nil, fmt.Errorf("embedded: parse FerretDB URI: %w", err)
-	}
-
-	runCtx, cancel := context.WithCancel(context.Background())
-	s := &Server{
-		addr:    base.Host,
-		uri:     clientURI(base.Host),
-		dataDir: abs,
-		cancel:  cancel,
-		done:    make(chan struct{}),
-	}
-
-	go func() {
-		defer close(s.done)
-
-		// Run closes the listener when runCtx is cancelled, waits for
-		// every connection goroutine, then closes the handler and the
-		// SQLite backend. It always returns nil in v1.24.
-		err := f.Run(runCtx)
-
-		if !removeDir {
-			err = errors.Join(err, privateDir(dir))
+	if removeDir {
+		if rmErr := os.RemoveAll(dir); rmErr != nil {
+			err = errors.Join(err, fmt.Errorf("embedded: remove temporary data directory: %w", rmErr))
 		}
+	}
 
-		if removeDir {
-			if rmErr := os.RemoveAll(dir); rmErr != nil {
-				err = errors.Join(err, fmt.Errorf("embedded: remove temporary data directory: %w", rmErr))
-			}
-		}
-
-		s.err = err
-	}()
-
-	return s, nil
+	s.err = err
 }
 
 // privateDir makes dir mode 0700 (if it is open to its group or others)

@@ -28,6 +28,56 @@ import (
 	"github.com/writeguard/writeguard/replay"
 )
 
+// dlqReplayHelp is "dlq replay --help"'s text, before the flags.
+const dlqReplayHelp = `Usage: writeguard dlq replay [flags]
+
+Writes the originals of the pending envelopes the filters select into
+their collection (the envelope's namespace), in batches, through a guarded
+collection that retries transient errors. Written envelopes become
+"replayed"; those rejected again stay pending with one more attempt;
+duplicates of a document already written by an earlier (or interrupted)
+replay count as replayed. Running it again is safe: it resumes where an
+interrupted run stopped and never writes an inserted document twice.
+
+Anyone who can write the dead-letter collection can forge an envelope:
+its namespace and its original decide where the replay writes and what
+it runs, with your rights. So the replay writes only into the namespaces
+you name with --into db.collection (repeatable; required with --uri; with
+--data-dir the demo's collection), never into admin, local, config, a
+system.* collection or the dead-letter collection and its side
+collections; it runs inserts only unless --allow update,replace,delete
+says otherwise, and updateMany, deleteMany and filters without an _id
+condition only with --allow-multi. Each envelope refused stays pending
+with the reason recorded (list --json, show) and is counted; exit 3.
+
+An update, replace or delete whose replay was in flight when its replay
+died (killed, lost connection) may or may not have been applied: the
+next replay holds it (pending, replay_hold) instead of running it again;
+check the target, then discard it or replay it with --include-held.
+An envelope whose replay failed --quarantine-after times (default 5)
+becomes "quarantined" and is skipped; --include-quarantined retries it.
+
+With --data-dir there is no validator (the demo's validator lived in its
+proxy): give --validator FILE (Extended JSON, e.g. {"$jsonSchema": {...}})
+to enforce one on the replayed writes, or --no-validator to write every
+original unchecked. With --uri the target collection's own validator
+applies: widen it (collMod) first; a collection without one needs
+--no-validator too. The command says on stderr what will check the writes
+before it starts.
+
+--workers N replays with N workers at once; each claims its batches with
+a lease in the collection <dlq>_leases, so several workers, or several
+"dlq replay" processes started independently, drain one backlog without
+replaying an envelope twice, and each ends: an envelope is tried at most
+once by each run. Envelopes claimed by a worker that dies wait --lease
+for another.
+
+--dry-run writes nothing and says how many envelopes would pass the
+validator (the target's, or --validator FILE's); it takes the same
+validator flags as the replay it rehearses (--no-validator: every
+envelope would pass).
+`
+
 // addReplayFlags registers the flags of "dlq replay".
 func addReplayFlags(fs *flag.FlagSet, f *dlqFlags) {
 	fs.BoolVar(&f.dryRun, "dry-run", false, "write nothing; say how many envelopes would pass the validator")
@@ -439,21 +489,9 @@ func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collec
 	if err == nil || !errors.Is(err, replay.ErrDryRunUnsupported) {
 		return res, err
 	}
-	var v *jsonschema.Validator
-	if validator != nil {
-		if v, err = jsonschema.Compile(validator); err != nil {
-			return res, err
-		}
-	} else if tc := replay.TargetCollection(target); tc != nil {
-		cur, err := replay.CurrentValidator(ctx, tc)
-		if err != nil {
-			return res, err
-		}
-		if cur != nil {
-			if v, err = jsonschema.Compile(cur); err != nil {
-				return res, fmt.Errorf("the target's validator cannot be evaluated client-side: %w", err)
-			}
-		}
+	v, err := clientValidator(ctx, target, validator)
+	if err != nil {
+		return res, err
 	}
 	q, err := filter.WithDefaultStatus(envelope.StatusPending).Query(time.Now())
 	if err != nil {
@@ -467,36 +505,68 @@ func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collec
 	defer cur.Close(ctx)
 	res = replay.Result{DryRun: true}
 	for cur.Next(ctx) {
-		res.Matched++
-		res.Scanned++
-		op, _ := cur.Current.Lookup("operation").StringValueOK()
-		tr, _ := cur.Current.Lookup("original_truncated").BooleanOK()
-		rd, _ := cur.Current.Lookup("original_redacted").BooleanOK()
-		orig, ok := cur.Current.Lookup("original").DocumentOK()
-		if !ok || tr || rd || op == "bulkWrite" {
-			res.Undetermined++
-			continue
-		}
-		if v == nil {
-			res.WouldPass++
-			continue
-		}
-		var d bson.D
-		if err := bson.Unmarshal(orig, &d); err != nil {
-			res.Undetermined++
-			continue
-		}
-		if v.Validate(d) == nil {
-			res.WouldPass++
-		} else {
-			res.WouldFail++
-		}
+		tallyDryRun(&res, cur.Current, v)
 	}
 	res.Elapsed = time.Since(t0)
 	if validator != nil {
 		res.Validator, _ = bson.Marshal(validator)
 	}
 	return res, cur.Err()
+}
+
+// clientValidator compiles the validator a dry run evaluates in the
+// client: validator (--validator FILE), else the target's own; nil when
+// the target has none.
+func clientValidator(ctx context.Context, target writeguard.Collection, validator bson.D) (*jsonschema.Validator, error) {
+	var v *jsonschema.Validator
+	var err error
+	if validator != nil {
+		if v, err = jsonschema.Compile(validator); err != nil {
+			return nil, err
+		}
+	} else if tc := replay.TargetCollection(target); tc != nil {
+		cur, err := replay.CurrentValidator(ctx, tc)
+		if err != nil {
+			return nil, err
+		}
+		if cur != nil {
+			if v, err = jsonschema.Compile(cur); err != nil {
+				return nil, fmt.Errorf("the target's validator cannot be evaluated client-side: %w", err)
+			}
+		}
+	}
+	return v, nil
+}
+
+// tallyDryRun counts the envelope raw into a client-side dry run's res:
+// undetermined when its original cannot be replayed as stored (missing,
+// cut, redacted, a bulk write's), else whether v passes it (nil v: no
+// validator, it passes).
+func tallyDryRun(res *replay.Result, raw bson.Raw, v *jsonschema.Validator) {
+	res.Matched++
+	res.Scanned++
+	op, _ := raw.Lookup("operation").StringValueOK()
+	tr, _ := raw.Lookup("original_truncated").BooleanOK()
+	rd, _ := raw.Lookup("original_redacted").BooleanOK()
+	orig, ok := raw.Lookup("original").DocumentOK()
+	if !ok || tr || rd || op == "bulkWrite" {
+		res.Undetermined++
+		return
+	}
+	if v == nil {
+		res.WouldPass++
+		return
+	}
+	var d bson.D
+	if err := bson.Unmarshal(orig, &d); err != nil {
+		res.Undetermined++
+		return
+	}
+	if v.Validate(d) == nil {
+		res.WouldPass++
+	} else {
+		res.WouldFail++
+	}
 }
 
 // replayCounts names the outcomes of a replay run for
