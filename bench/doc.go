@@ -73,8 +73,13 @@
 //   - BenchmarkAmplification/<strategy> and TestAmplificationTable: the
 //     raw driver, a naive retry loop, a per-code dispatcher and writeguard
 //     under one seeded fault schedule: commands per document, documents
-//     lost and duplicated. The test prints the markdown table; it is
-//     skipped unless -run names it or WRITEGUARD_AMPLIFICATION=1.
+//     lost and duplicated, and writeguard's commands by class. The test
+//     prints the markdown tables; it is skipped unless -run names it or
+//     WRITEGUARD_AMPLIFICATION=1.
+//   - TestReadmeAmplification and TestReadmeAllocations: README.md's
+//     amplification tables and the happy path's allocation counts are
+//     what these produce (the tables' wall-time column excepted; -update
+//     rewrites the blocks that drifted).
 //
 // README.md has the commands that reproduce its tables and the figures
 // measured on the reference machine.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
+	"github.com/writeguard/writeguard/policy"
 )
 
 // Shape of BenchmarkFailover: foWriters writers, each writing foCalls
@@ -296,9 +297,10 @@ func runFailover(tb testing.TB, name string, fo *failover, opts ...writeguard.Op
 		tb.Fatal(err)
 	}
 	// No deadline: with one, the driver retries a retryable write until
-	// the deadline instead of once (x/mongo/driver/operation.go, Execute:
-	// retries are unbounded while the context has a deadline), and a
-	// 1-s outage becomes some 1,800 commands from 16 writers.
+	// the deadline instead of once (driver v2.10.0
+	// x/mongo/driver/operation.go 554–558: an unlimited retry budget when
+	// csot.IsTimeoutContext, true for any deadline), and a 1-s outage
+	// becomes some 1,800 commands from 16 writers.
 	ctx := context.Background()
 	var (
 		wg     sync.WaitGroup
@@ -433,8 +435,9 @@ func countStored(tb testing.TB, name string) (stored, distinct int) {
 // answers every insert 10107 NotWritablePrimary for 1 s, and the inserts
 // in flight at that moment are applied and their replies dropped.
 //
-// Sub-benchmarks: budget=default (writeguard's defaults) and budget=none
-// (WithBudget(nil)). Metrics, medians over the iterations (run with
+// Sub-benchmarks: budget=default (writeguard's defaults), budget=none
+// (WithBudget(nil)) and ride-out (no budget and 10 attempts: the outage
+// ridden out with parameters alone, no call giving up). Metrics, medians over the iterations (run with
 // -benchtime 5x or more):
 //
 //   - recovery/floor: time to all stored ÷ (no-fault time + outage);
@@ -450,10 +453,18 @@ func countStored(tb testing.TB, name string) (stored, distinct int) {
 //     (budget refusals, driver calls, backoff waited, time waited after a
 //     refusal), summed over the run;
 //   - tail-s: time from the outage's end to the last batch stored, beyond
-//     the no-fault time left at the outage's start.
+//     the no-fault time left at the outage's start;
+//   - recovery/floor-less-readbacks: recovery/floor had the read-back
+//     queries taken no time (foTrace.withoutReadBacks, an estimate): on
+//     the bed each is a full scan of the collection (FerretDB v1 does not
+//     push {_id: {$in: …}} down to SQLite), where MongoDB reads the _id
+//     index.
 //
-// Each iteration also logs the trace of the writer that finished last
-// after the outage's end (foTrace.critical).
+// Each iteration logs what the hooks and the command monitor saw
+// (foTrace.summary): attempts before, during and after the outage,
+// refusals, waits, read-backs, and where the writer that finished last
+// spent its time after the outage's end; with
+// WRITEGUARD_FAILOVER_TIMELINE=1, that writer's whole timeline.
 func BenchmarkFailover(b *testing.B) {
 	cases := []struct {
 		name string
@@ -461,6 +472,10 @@ func BenchmarkFailover(b *testing.B) {
 	}{
 		{"budget=default", nil},
 		{"budget=none", []writeguard.Option{writeguard.WithBudget(nil)}},
+		// Riding the outage out with parameters alone: no budget, and
+		// enough attempts that a call never gives up within an outage of
+		// a few seconds (10 attempts, ceilings 100 ms … 10 s).
+		{"ride-out", []writeguard.Option{writeguard.WithBudget(nil), writeguard.WithBackoff(policy.Backoff{MaxAttempts: 10})}},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) { benchFailover(b, c.opts) })
@@ -521,6 +536,7 @@ func (m *foMetrics) add(clean, f foResult) {
 	m.put("backoff-s", f.trace.backoff.Seconds())
 	m.put("refused-wait-s", f.trace.refusedWait.Seconds())
 	m.put("tail-s", (f.elapsed - f.end - max(clean.elapsed-f.start, 0)).Seconds())
+	m.put("recovery/floor-less-readbacks", f.trace.withoutReadBacks(f.writersEnd).Seconds()/floor.Seconds())
 }
 
 func (m *foMetrics) report(b *testing.B) {

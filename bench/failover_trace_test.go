@@ -44,7 +44,7 @@ func (t *foTrace) report(r *writeguard.Report) {
 		switch o.Disposition {
 		case writeguard.Written, writeguard.AlreadyWritten, writeguard.WrittenUnconfirmed:
 		default:
-			k := string(o.Disposition) + "/" + string(o.Reason)
+			k := string(o.Disposition) + "/" + o.Reason.String()
 			if o.MaybeWritten {
 				k += "/maybe"
 			}
@@ -187,6 +187,27 @@ func (t *foTrace) after(w int, from time.Duration) map[string]time.Duration {
 		out[s.kind] += s.end - max(s.start, from)
 	}
 	return out
+}
+
+// withoutReadBacks estimates when the last writer would have finished had
+// its read-backs taken no time: the latest, over the writers, of its end
+// less the time its read-back queries took (an estimate: the writers
+// compete for the server, and the others' read-backs slow each one's
+// inserts too).
+func (t *foTrace) withoutReadBacks(ends []time.Duration) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rb := make([]time.Duration, len(ends))
+	for _, s := range t.spans {
+		if s.kind == "cmd find" && s.writer >= 0 && s.writer < len(rb) {
+			rb[s.writer] += s.end - s.start
+		}
+	}
+	var last time.Duration
+	for w, e := range ends {
+		last = max(last, e-rb[w])
+	}
+	return last
 }
 
 // count returns the number of spans of kind that start in [from, to).

@@ -54,7 +54,8 @@ const threadCPUSupported = true
 var spinSink uint64
 
 // BenchmarkThreadClocks reads the same CPU-bound section (no system call,
-// no block) of about 50 µs and 0.5 ms with both thread clocks, on a
+// no block; 50,000 and 500,000 multiply-adds, about 30 µs and 0.25 ms
+// here) with both thread clocks, on a
 // goroutine locked to its thread, and reports each clock's mean reading
 // per section (rusage-µs, clock-µs) and their ratio (rusage/clock): how
 // far getrusage's RUSAGE_THREAD is from the thread's CPU time when read
