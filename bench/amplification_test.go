@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/policy"
 )
@@ -57,15 +59,32 @@ const (
 	ampReplSetEnv   = "WRITEGUARD_AMPLIFICATION_REPLSET"
 )
 
-// ampReplicaSet reports whether the run uses the bed in replica-set mode
-// (WRITEGUARD_AMPLIFICATION_REPLSET=1): faultproxy.WithReplicaSet in front
-// of the embedded FerretDB, so every strategy's client has the driver's
-// retryable writes on (the default) and the proxy executes each
-// (lsid, txnNumber) once, as a replica set does. Otherwise the standalone
-// runs: FerretDB as it is, and only raw-retrywrites sees a replica-set
-// hello (replicaSetHello), without the server's retryable-write
-// deduplication.
-func ampReplicaSet() bool { return os.Getenv(ampReplSetEnv) != "" }
+// ampConfig is one amplification run's shape.
+//
+//   - seed: the fault schedule and the places of the bad documents;
+//   - ordered: ordered batches (the driver's default) or unordered;
+//   - replicaSet: the bed in replica-set mode (faultproxy.WithReplicaSet in
+//     front of the embedded FerretDB), so every strategy's client has the
+//     driver's retryable writes on (the default) and the proxy executes
+//     each (lsid, txnNumber) once, as a replica set does. Otherwise the
+//     standalone runs: FerretDB as it is, and only raw-retrywrites sees a
+//     replica-set hello (replicaSetHello), without the server's
+//     retryable-write deduplication.
+type ampConfig struct {
+	seed                int64
+	ordered, replicaSet bool
+}
+
+// ampEnvConfig is the configuration the environment asks for:
+// WRITEGUARD_AMPLIFICATION_SEED (default 1),
+// WRITEGUARD_AMPLIFICATION_UNORDERED=1, WRITEGUARD_AMPLIFICATION_REPLSET=1.
+func ampEnvConfig() ampConfig {
+	return ampConfig{seed: ampSeed(), ordered: os.Getenv(ampUnorderedEnv) == "", replicaSet: os.Getenv(ampReplSetEnv) != ""}
+}
+
+func (c ampConfig) insertOpts() *options.InsertManyOptionsBuilder {
+	return options.InsertMany().SetOrdered(c.ordered)
+}
 
 // replicaSetProxy starts a faultproxy in replica-set mode in front of the
 // embedded server, with the rules of items, and a client with the
@@ -93,14 +112,6 @@ func replicaSetProxy(tb testing.TB, items ...faultproxy.ScriptItem) (*faultproxy
 		tb.Fatal(err)
 	}
 	return p, c
-}
-
-// ampOrdered reports whether the batches are ordered (the driver's
-// default); WRITEGUARD_AMPLIFICATION_UNORDERED=1 makes them unordered.
-func ampOrdered() bool { return os.Getenv(ampUnorderedEnv) == "" }
-
-func ampInsertOpts() *options.InsertManyOptionsBuilder {
-	return options.InsertMany().SetOrdered(ampOrdered())
 }
 
 func ampSeed() int64 {
@@ -184,10 +195,44 @@ func faultSchedule(ns string, seed int64) []faultproxy.ScriptItem {
 }
 
 // ampResult is what a strategy tells its caller: the documents it
-// reports as not written (by input index), and the dead-letter queue.
+// reports as not written (by input index), and the dead-letter queue; for
+// writeguard, its attempts by kind.
 type ampResult struct {
 	reported map[int]bool
 	dlq      map[int64]bool // by seq
+	attempts ampAttempts
+}
+
+// ampAttempts counts writeguard's driver calls by kind, from the hooks'
+// AttemptStart: the first of a call (first), a later one without a
+// backoff wait before it (continuation: an ordered write resumed after a
+// handled document, in its window), and a retry after a backoff wait
+// (retry).
+type ampAttempts struct {
+	mu                           sync.Mutex
+	first, continuation, retried int
+}
+
+func (a *ampAttempts) hooks() hooks.Hooks {
+	return hooks.Hooks{AttemptStarted: func(ctx context.Context, ev *hooks.AttemptStart) context.Context {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		switch {
+		case ev.Attempt == 1:
+			a.first++
+		case ev.Delay > 0:
+			a.retried++
+		default:
+			a.continuation++
+		}
+		return ctx
+	}}
+}
+
+func (a *ampAttempts) total() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.first + a.continuation + a.retried
 }
 
 func newAmpResult() *ampResult {
@@ -217,7 +262,7 @@ func (r *ampResult) reportDriverError(err error, first, n int) {
 type ampStrategy struct {
 	name       string
 	replicaSet bool // the proxy presents a replica-set primary: retryable writes on
-	run        func(ctx context.Context, coll *mongo.Collection, w workload, seed int64) *ampResult
+	run        func(ctx context.Context, coll *mongo.Collection, w workload, cfg ampConfig) *ampResult
 }
 
 func seededBackoff(seed int64) policy.Backoff {
@@ -235,10 +280,10 @@ var ampStrategies = []ampStrategy{
 // runRaw is the driver alone, with retryable writes (one retry of a
 // retryable error, the same _ids): a failed batch is reported as the
 // driver's error names it.
-func runRaw(ctx context.Context, coll *mongo.Collection, w workload, _ int64) *ampResult {
+func runRaw(ctx context.Context, coll *mongo.Collection, w workload, cfg ampConfig) *ampResult {
 	res := newAmpResult()
 	for b, batch := range w.batches {
-		if _, err := coll.InsertMany(ctx, batch, ampInsertOpts()); err != nil {
+		if _, err := coll.InsertMany(ctx, batch, cfg.insertOpts()); err != nil {
 			res.reportDriverError(err, w.first[b], len(batch))
 		}
 	}
@@ -248,12 +293,12 @@ func runRaw(ctx context.Context, coll *mongo.Collection, w workload, _ int64) *a
 // runNaive re-sends the whole batch on any error, with backoff, up to 5
 // attempts, then reports the batch as not written. The documents carry
 // no _id, so the driver mints new ones on every attempt.
-func runNaive(ctx context.Context, coll *mongo.Collection, w workload, seed int64) *ampResult {
+func runNaive(ctx context.Context, coll *mongo.Collection, w workload, cfg ampConfig) *ampResult {
 	res := newAmpResult()
-	bo := seededBackoff(seed)
+	bo := seededBackoff(cfg.seed)
 	for b, batch := range w.batches {
 		for attempt := 1; ; attempt++ {
-			_, err := coll.InsertMany(ctx, batch, ampInsertOpts())
+			_, err := coll.InsertMany(ctx, batch, cfg.insertOpts())
 			if err == nil {
 				break
 			}
@@ -291,12 +336,12 @@ func transient(err error) bool {
 // runDispatch is the usual hand-written policy: skip (report) duplicate
 // keys and validation failures, retry the whole batch with backoff on
 // transient errors (up to 5 attempts), report anything else.
-func runDispatch(ctx context.Context, coll *mongo.Collection, w workload, seed int64) *ampResult {
+func runDispatch(ctx context.Context, coll *mongo.Collection, w workload, cfg ampConfig) *ampResult {
 	res := newAmpResult()
-	bo := seededBackoff(seed)
+	bo := seededBackoff(cfg.seed)
 	for b, batch := range w.batches {
 		for attempt := 1; ; attempt++ {
-			_, err := coll.InsertMany(ctx, batch, ampInsertOpts())
+			_, err := coll.InsertMany(ctx, batch, cfg.insertOpts())
 			if err == nil {
 				break
 			}
@@ -338,18 +383,21 @@ func (s *memSink) Put(_ context.Context, envs []envelope.Envelope) error {
 // sink and ConflictSkip (the _ids that collide are content-derived: the
 // stored line is the same). A document is reported when its disposition
 // is not written, already_written, dead_lettered or conflict_skipped.
-func runWriteguard(ctx context.Context, coll *mongo.Collection, w workload, seed int64) *ampResult {
+// Its driver calls (attempts) are counted by kind through the hooks
+// (ampAttempts).
+func runWriteguard(ctx context.Context, coll *mongo.Collection, w workload, cfg ampConfig) *ampResult {
 	res := newAmpResult()
 	sink := &memSink{}
 	g, err := writeguard.Wrap(coll,
 		writeguard.WithDeadLetter(sink),
 		writeguard.WithConflictHandler(writeguard.ConflictSkip()),
-		writeguard.WithBackoff(seededBackoff(seed)))
+		writeguard.WithBackoff(seededBackoff(cfg.seed)),
+		writeguard.WithHooks(res.attempts.hooks()))
 	if err != nil {
 		panic(err)
 	}
 	for b, batch := range w.batches {
-		_, err := g.InsertMany(ctx, batch, ampInsertOpts())
+		_, err := g.InsertMany(ctx, batch, cfg.insertOpts())
 		if err == nil {
 			continue
 		}
@@ -385,6 +433,12 @@ type ampRow struct {
 	lost, dup             int
 	reported, deadLetters int
 	elapsed               time.Duration
+	// writeguard's commands by class: its driver calls by kind
+	// (ampAttempts), the driver's own retries (the insert commands beyond
+	// those calls), its read-backs (find, and a getMore where the server
+	// did not answer in one reply) and anything else.
+	first, continuation, retried, driverRetries, readBacks, other int
+	otherNames                                                    string // the other commands by name
 }
 
 var ampRun struct {
@@ -394,9 +448,10 @@ var ampRun struct {
 
 // runAmplification runs one strategy against the embedded server on a
 // fresh collection and counts.
-func runAmplification(tb testing.TB, s ampStrategy, seed int64) ampRow {
+func runAmplification(tb testing.TB, s ampStrategy, cfg ampConfig) ampRow {
 	tb.Helper()
 	ctx := context.Background()
+	seed := cfg.seed
 	ampRun.mu.Lock()
 	ampRun.n++
 	name := fmt.Sprintf("amp_%s_%d_%d", strings.ReplaceAll(s.name, "-", "_"), seed, ampRun.n)
@@ -416,14 +471,14 @@ func runAmplification(tb testing.TB, s ampStrategy, seed int64) ampRow {
 		p *faultproxy.Proxy
 		c *mongo.Client
 	)
-	if ampReplicaSet() {
+	if cfg.replicaSet {
 		p, c = replicaSetProxy(tb, faultSchedule(ns, seed)...)
 	} else {
 		p, c = upstreamProxy(tb, s.replicaSet, faultSchedule(ns, seed)...)
 	}
 	coll := c.Database(benchDB).Collection(name)
 	t0 := time.Now()
-	res := s.run(ctx, coll, w, seed)
+	res := s.run(ctx, coll, w, cfg)
 	elapsed := time.Since(t0)
 	st := p.Stats()
 	closeUpstream(p, c)
@@ -435,6 +490,21 @@ func runAmplification(tb testing.TB, s ampStrategy, seed int64) ampRow {
 		}
 	}
 	row.inserts = st.CountIn("insert", ns)
+	if calls := res.attempts.total(); calls > 0 {
+		a := &res.attempts
+		row.first, row.continuation, row.retried = a.first, a.continuation, a.retried
+		row.driverRetries = int(row.inserts) - calls
+		row.readBacks = int(st.CountIn("find", ns) + st.CountIn("getMore", ns))
+		row.other = int(row.commands) - int(row.inserts) - row.readBacks
+		var names []string
+		for k, v := range st.CommandsByNamespace {
+			if k.Namespace == ns && k.Name != "insert" && k.Name != "find" && k.Name != "getMore" {
+				names = append(names, fmt.Sprintf("%s %d", k.Name, v))
+			}
+		}
+		slices.Sort(names)
+		row.otherNames = strings.Join(names, ", ")
+	}
 	row.sent = st.Documents["insert"]
 	for k, v := range st.Faults {
 		if k != faultproxy.FaultValidation && k != faultproxy.FaultCustom && k != faultproxy.FaultFailPoint {
@@ -477,13 +547,13 @@ func runAmplification(tb testing.TB, s ampStrategy, seed int64) ampRow {
 // and read-backs included), lost, dup (extra copies stored), reported
 // (documents given back as not written), dlq.
 func BenchmarkAmplification(b *testing.B) {
-	seed := ampSeed()
+	cfg := ampEnvConfig()
 	for _, s := range ampStrategies {
 		b.Run(s.name, func(b *testing.B) {
 			var sum ampRow
 			k := 0
 			for b.Loop() {
-				r := runAmplification(b, s, seed)
+				r := runAmplification(b, s, cfg)
 				sum.commands += r.commands
 				sum.sent += r.sent
 				sum.lost += r.lost
@@ -513,30 +583,49 @@ func TestAmplificationTable(t *testing.T) {
 	if f := flag.Lookup("test.run"); os.Getenv(ampTableEnv) == "" && (f == nil || !strings.Contains(f.Value.String(), "AmplificationTable")) {
 		t.Skipf("skipped: takes about 20 s; run with -run TestAmplificationTable or %s=1", ampTableEnv)
 	}
-	seed := ampSeed()
+	fmt.Print(ampTable(t, ampEnvConfig()))
+}
+
+// ampTable runs every strategy with cfg and returns the markdown table,
+// with its two-line title, and the table of writeguard's commands by
+// class.
+func ampTable(tb testing.TB, cfg ampConfig) string {
 	var rows []ampRow
 	for _, s := range ampStrategies {
-		rows = append(rows, runAmplification(t, s, seed))
+		rows = append(rows, runAmplification(tb, s, cfg))
 	}
+	var sb strings.Builder
 	mode := "ordered"
-	if !ampOrdered() {
+	if !cfg.ordered {
 		mode = "unordered"
 	}
-	fmt.Printf("\nAmplification: %d order lines in %s InsertMany batches of %d; %d invalid (121), %d replays of stored lines (11000);\n",
+	fmt.Fprintf(&sb, "Amplification: %d order lines in %s InsertMany batches of %d; %d invalid (121), %d replays of stored lines (11000);\n",
 		ampDocs, mode, ampBatch, ampInvalid, ampReplays)
 	bed := "embedded FerretDB behind faultproxy (standalone; raw-retrywrites sees a replica-set hello without retryable-write deduplication)"
-	if ampReplicaSet() {
+	if cfg.replicaSet {
 		bed = "embedded FerretDB behind faultproxy in replica-set mode (every client retries retryable writes once; each lsid+txnNumber executes once)"
 	}
-	fmt.Printf("per insert: P(10107)=P(189)=%.2f stepdown replies, P(dropped reply)=%.2f; seed %d; %s.\n\n",
-		ampPStepdown, ampPDropReply, seed, bed)
-	fmt.Println("| strategy | cmds/doc | commands | docs sent/doc | faults met | lost | duplicated | reported not written | dead-lettered | time |")
-	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintf(&sb, "per insert: P(10107)=P(189)=%.2f stepdown replies, P(dropped reply)=%.2f; seed %d; %s.\n\n",
+		ampPStepdown, ampPDropReply, cfg.seed, bed)
+	sb.WriteString("| strategy | cmds/doc | commands | docs sent/doc | faults met | lost | duplicated | reported not written | dead-lettered | time |\n")
+	sb.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	var wg ampRow
 	for _, r := range rows {
-		fmt.Printf("| %s | %.4f | %d | %.2f | %d | %d | %d | %d | %d | %.1f s |\n",
+		fmt.Fprintf(&sb, "| %s | %.4f | %d | %.2f | %d | %d | %d | %d | %d | %.1f s |\n",
 			r.strategy, float64(r.commands)/float64(r.docs), r.commands, float64(r.sent)/float64(r.docs), r.faults, r.lost, r.dup, r.reported, r.deadLetters, r.elapsed.Seconds())
+		if r.strategy == "writeguard" {
+			wg = r
+		}
 	}
-	fmt.Println()
+	sb.WriteString("\nwriteguard's commands by class: first sends (one per call), continuations (an ordered write resumed after a handled document), retries after a backoff wait, the driver's own retries, read-backs (find, getMore), other.\n\n")
+	sb.WriteString("| first sends | continuations | retries after backoff | driver retries | read-backs | other | commands |\n")
+	sb.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	other := strconv.Itoa(wg.other)
+	if wg.otherNames != "" {
+		other += " (" + wg.otherNames + ")"
+	}
+	fmt.Fprintf(&sb, "| %d | %d | %d | %d | %d | %s | %d |\n", wg.first, wg.continuation, wg.retried, wg.driverRetries, wg.readBacks, other, wg.commands)
+	return sb.String()
 }
 
 // BenchmarkStepdown10000ReplicaSet is BenchmarkStepdown10000 on the bed in

@@ -14,13 +14,19 @@
 //     (raw-struct-id), and exactly the bytes writeguard hands the driver,
 //     a bson.Raw with its _id first (raw-prepared); the guarded one handed
 //     order lines without _id (guarded) and with it (guarded-id). WRITEGUARD_BENCH_BACKEND selects the
-//     server: "null" (default: faultproxy's null backend, which answers
-//     every command itself, so the figures are client CPU) or "embedded"
-//     (an in-process FerretDB v1 on SQLite, reached directly).
-//   - BenchmarkOverheadRatio: guarded ns/op against each floor and
-//     (guarded − floor) allocations per document for each of those cases,
-//     measured interleaved in one process and reported with
-//     b.ReportMetric.
+//     server: "null" (default: faultproxy's null backend in a child
+//     process, which answers every command itself, so the figures are
+//     client CPU) or "embedded" (an in-process FerretDB v1 on SQLite,
+//     reached directly). Their allocation counts are exact; their times
+//     are wall-clock, for profiles, not ratios.
+//   - BenchmarkThreadCPU/docs={100,1000}: the ratios and shares of the
+//     happy path in thread CPU per call (a goroutine locked to its OS
+//     thread, CLOCK_THREAD_CPUTIME_ID around each call), the variants
+//     shuffled call by call, the null backend in a child process, an A/A
+//     pair beside every ratio, exact allocation counts; it prints a
+//     markdown table per case.
+//   - BenchmarkThreadClocks: getrusage's RUSAGE_THREAD against the
+//     thread's CPU clock around one CPU-bound section.
 //   - BenchmarkEndToEnd/batch={1,100,500}/writers={1,16}: documents per
 //     second of the raw driver and a Guarded, interleaved call by call, on
 //     the embedded server behind a faultproxy without faults, and the
@@ -53,11 +59,27 @@
 //     commands: retries allowed and refused, documents exhausted.
 //   - BenchmarkBudgetFailover/writers={16,50}/budget=...: the same budgets
 //     against a 1-second outage that fails every in-flight write.
+//   - BenchmarkFailover/budget={default,none}: 16 writers × 5 ordered
+//     InsertMany of 100 through a one-second failover on the replica-set
+//     bed (10107 for 1 s, the writes in flight applied and their replies
+//     dropped): time to all stored against the no-fault time plus the
+//     outage (recovery/floor), insert commands per batch beside their
+//     floor, read-backs, lost and duplicated, and a trace of where the
+//     writer that finished last spent its time.
+//   - BenchmarkThrottled/limit={off,aimd-outside}: 16 writers against the
+//     bed's ingress rate limiter (462 above 40 inserts per second):
+//     goodput and commands per document, today's code against an AIMD
+//     concurrency limit sketched outside writeguard.
 //   - BenchmarkAmplification/<strategy> and TestAmplificationTable: the
 //     raw driver, a naive retry loop, a per-code dispatcher and writeguard
 //     under one seeded fault schedule: commands per document, documents
-//     lost and duplicated. The test prints the markdown table; it is
-//     skipped unless -run names it or WRITEGUARD_AMPLIFICATION=1.
+//     lost and duplicated, and writeguard's commands by class. The test
+//     prints the markdown tables; it is skipped unless -run names it or
+//     WRITEGUARD_AMPLIFICATION=1.
+//   - TestReadmeAmplification and TestReadmeAllocations: README.md's
+//     amplification tables and the happy path's allocation counts are
+//     what these produce (the tables' wall-time column excepted; -update
+//     rewrites the blocks that drifted).
 //
 // README.md has the commands that reproduce its tables and the figures
 // measured on the reference machine.

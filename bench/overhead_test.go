@@ -3,10 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
-	"flag"
-	"runtime"
 	"testing"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -203,131 +200,18 @@ func runOverhead(b *testing.B, name string) {
 	b.Fatalf("no overhead case %q", name)
 }
 
-// BenchmarkOverhead<case>/{raw,raw-struct-id,raw-prepared,guarded}: the
-// guarded collection against the raw one on the three floors (see floor).
+// BenchmarkOverhead<case>/{raw,raw-struct-id,raw-prepared,guarded,
+// guarded-id}: the guarded collection against the raw one on the three
+// floors (see floor). Their allocation counts are exact; their times are
+// wall-clock and do not resolve on a loaded machine: the ratios are
+// BenchmarkThreadCPU's (thread CPU per call, variants shuffled call by
+// call, an A/A pair beside them). They are what the CPU and allocation
+// profiles of a guarded call are taken from.
 func BenchmarkOverheadInsertOne(b *testing.B)      { runOverhead(b, "InsertOne") }
 func BenchmarkOverheadInsertMany10(b *testing.B)   { runOverhead(b, "InsertMany10") }
 func BenchmarkOverheadInsertMany100(b *testing.B)  { runOverhead(b, "InsertMany100") }
 func BenchmarkOverheadInsertMany1000(b *testing.B) { runOverhead(b, "InsertMany1000") }
 func BenchmarkOverheadBulkWrite100(b *testing.B)   { runOverhead(b, "BulkWrite100") }
-
-// BenchmarkOverheadRatio measures every overhead case on the three floors
-// and guarded in this process, interleaved (raw, raw-struct-id,
-// raw-prepared, guarded, guarded-id, twice; the faster run of each
-// counts), and
-// reports per case:
-//
-//   - <case>-guarded/raw: guarded ns/op ÷ raw ns/op;
-//   - <case>-guarded/struct-id: guarded ns/op ÷ raw-struct-id ns/op (the
-//     idempotent floor; goal ≤ 1.05);
-//   - <case>-guarded/prepared: guarded ns/op ÷ raw-prepared ns/op
-//     (writeguard's own share; goal ≤ 1.10);
-//   - <case>-dallocs/doc: (guarded − raw) allocs/op per document;
-//   - <case>-dallocs/doc-prepared: (guarded − raw-prepared) allocs/op per
-//     document (goal ≤ 1);
-//   - <case>-dB/doc-prepared: (guarded − raw-prepared) B/op per document;
-//   - <case>-guarded-id/struct-id: guarded-id ns/op ÷ raw-struct-id ns/op
-//     (both handed the order lines with their _id; goal ≤ 1.05);
-//   - <case>-dallocs/doc-id and <case>-dB/doc-id: (guarded-id −
-//     raw-struct-id) allocs/op and B/op per document.
-//
-// testing.Benchmark cannot be called from a running benchmark (it waits
-// for the lock the running benchmark holds), so measure does what it
-// does: run the operation, growing the count, until a run lasts at least
-// -benchtime (1 s when -benchtime is a count), and reads the allocation
-// counters around the last run. One iteration takes about 100 ×
-// -benchtime, so it runs once per -count; its own ns/op, B/op and
-// allocs/op are reported as 0.
-func BenchmarkOverheadRatio(b *testing.B) {
-	minTime := time.Second
-	if f := flag.Lookup("test.benchtime"); f != nil {
-		if d, err := time.ParseDuration(f.Value.String()); err == nil && d > 0 {
-			minTime = d
-		}
-	}
-	for b.Loop() {
-		for _, oc := range overheadCases {
-			raw, g := pair(b, oc.name)
-			ops := make([]func(context.Context) error, len(variants))
-			for i, v := range variants {
-				var c writeguard.Collection = raw
-				if v.guard {
-					c = g
-				}
-				ops[i] = oc.op(b, c, v.floor)
-			}
-			cost := make([]opCost, len(variants))
-			for i, op := range ops {
-				cost[i] = measure(b, op, minTime)
-			}
-			for i, op := range ops {
-				cost[i] = cost[i].best(measure(b, op, minTime))
-			}
-			r, sid, prep, gd, gid := cost[0], cost[1], cost[2], cost[3], cost[4]
-			d := float64(oc.docs)
-			b.ReportMetric(gd.ns/r.ns, oc.name+"-guarded/raw")
-			b.ReportMetric(gd.ns/sid.ns, oc.name+"-guarded/struct-id")
-			b.ReportMetric(gd.ns/prep.ns, oc.name+"-guarded/prepared")
-			b.ReportMetric((gd.allocs-r.allocs)/d, oc.name+"-dallocs/doc")
-			b.ReportMetric((gd.allocs-prep.allocs)/d, oc.name+"-dallocs/doc-prepared")
-			b.ReportMetric((gd.bytes-prep.bytes)/d, oc.name+"-dB/doc-prepared")
-			b.ReportMetric(gid.ns/sid.ns, oc.name+"-guarded-id/struct-id")
-			b.ReportMetric((gid.allocs-sid.allocs)/d, oc.name+"-dallocs/doc-id")
-			b.ReportMetric((gid.bytes-sid.bytes)/d, oc.name+"-dB/doc-id")
-			b.Logf("%-15s ns/op raw %9.0f struct-id %9.0f prepared %9.0f guarded %9.0f guarded-id %9.0f | allocs/op %7.0f %7.0f %7.0f %7.0f %7.0f",
-				oc.name, r.ns, sid.ns, prep.ns, gd.ns, gid.ns, r.allocs, sid.allocs, prep.allocs, gd.allocs, gid.allocs)
-		}
-	}
-	// The loop's own time and allocations (the measurements) mean nothing.
-	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(0, "B/op")
-	b.ReportMetric(0, "allocs/op")
-}
-
-// opCost is the per-operation cost of one measurement.
-type opCost struct{ ns, allocs, bytes float64 }
-
-func (a opCost) best(b opCost) opCost {
-	if b.ns < a.ns {
-		return b
-	}
-	return a
-}
-
-// measure runs op n times, growing n as testing does, until a run lasts
-// minTime, and returns that run's cost per operation.
-func measure(tb testing.TB, op func(context.Context) error, minTime time.Duration) opCost {
-	tb.Helper()
-	ctx := context.Background()
-	if err := op(ctx); err != nil { // warm up: connections, caches
-		tb.Fatal(err)
-	}
-	var before, after runtime.MemStats
-	for n := 1; ; {
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		t0 := time.Now()
-		for range n {
-			if err := op(ctx); err != nil {
-				tb.Fatal(err)
-			}
-		}
-		el := time.Since(t0)
-		runtime.ReadMemStats(&after)
-		if el >= minTime || n >= 1<<30 {
-			k := float64(n)
-			return opCost{
-				ns:     float64(el.Nanoseconds()) / k,
-				allocs: float64(after.Mallocs-before.Mallocs) / k,
-				bytes:  float64(after.TotalAlloc-before.TotalAlloc) / k,
-			}
-		}
-		// Aim 20% past minTime, growing at least 2× and at most 100×.
-		per := max(el.Nanoseconds()/int64(n), 1)
-		next := int(1.2 * float64(minTime.Nanoseconds()) / float64(per))
-		n = min(max(next, 2*n), 100*n)
-	}
-}
 
 // BenchmarkDriverDocPath takes apart, per document, what the driver does
 // with what each path hands it, to show where the guarded path's extra

@@ -93,8 +93,11 @@
 // Cosmos DB's 16500), ApplyThenError and ApplyThenClose (partial
 // application: the first k statements are applied, then the client gets an
 // ok: 0 error such as 11602 InterruptedDueToReplStateChange, or a dropped
-// connection), Custom (any handler), and RandomSchedule (a seeded,
-// replayable choice among faults for chaos tests).
+// connection), Custom (any handler), RandomSchedule (a seeded,
+// replayable choice among faults for chaos tests), and a RateLimiter's
+// Fault (the server's ingress request rate limiter: commands above a rate
+// are refused with 462 IngressRequestRateLimitExceeded, labelled
+// SystemOverloadedError and RetryableError).
 //
 // A Validator emulates a collection's $jsonSchema validator for inserts:
 // the documents it rejects get a code-121 write error whose errInfo is

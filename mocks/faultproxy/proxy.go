@@ -707,7 +707,7 @@ func (s *session) answerFault(x *exchange) (done bool, err error) {
 			return true, errCloseClient
 		}
 		return true, s.reply(x, s.p.errorReply(f.cmdErr))
-	case FaultErrorReply:
+	case FaultErrorReply, FaultRateLimited:
 		return true, s.reply(x, s.p.errorReply(f.cmdErr))
 	case FaultCloseBeforeForward:
 		return true, errCloseClient

@@ -161,7 +161,8 @@ type Rate struct {
 // Fault is what happens to a command a Rule selects. Build one with
 // ErrorReply, WriteConcernErrorReply, CloseBeforeForward,
 // CloseAfterForward, Delay, RejectDocuments, ApplyThenError,
-// ApplyThenClose, Custom or RandomSchedule; the zero Fault is invalid.
+// ApplyThenClose, Custom, RandomSchedule or RateLimiter.Fault; the zero
+// Fault is invalid.
 type Fault struct {
 	kind    FaultKind
 	cmdErr  CommandError
@@ -175,6 +176,7 @@ type Fault struct {
 	random  bool
 	k       int // statements applied by ApplyThenError / ApplyThenClose / FailShard
 	batch   int // FailShard's child batch
+	limiter *RateLimiter
 }
 
 // ErrorReply answers the command with e as an error reply without
@@ -251,10 +253,14 @@ func RandomSchedule(seed int64, rates ...Rate) Fault {
 }
 
 // Kind returns the fault's kind ("" for a RandomSchedule, which resolves to
-// one of its faults per occurrence).
+// one of its faults per occurrence, and for a RateLimiter's Fault, which
+// resolves to a refusal or to no fault).
 func (f Fault) Kind() FaultKind { return f.kind }
 
 func (f Fault) validate() error {
+	if f.limiter != nil {
+		return nil
+	}
 	if f.random {
 		if len(f.rates) == 0 {
 			return errors.New("RandomSchedule needs at least one Rate")
@@ -267,6 +273,9 @@ func (f Fault) validate() error {
 			sum += r.P
 			if r.Fault.random {
 				return fmt.Errorf("RandomSchedule rate %d: nested RandomSchedule", i)
+			}
+			if r.Fault.limiter != nil {
+				return fmt.Errorf("RandomSchedule rate %d: a RateLimiter's Fault (give it a rule of its own)", i)
 			}
 			if err := r.Fault.validate(); err != nil {
 				return fmt.Errorf("RandomSchedule rate %d: %w", i, err)
@@ -330,6 +339,9 @@ func (f Fault) validate() error {
 // resolve returns the concrete fault for occurrence k (1-based), or false
 // when a RandomSchedule draws "no fault".
 func (f Fault) resolve(k int64) (Fault, bool) {
+	if f.limiter != nil {
+		return f.limiter.resolveLimit()
+	}
 	if !f.random {
 		return f, true
 	}
