@@ -47,6 +47,7 @@ import (
 func one[T any](g *Guarded, ctx context.Context, name, command string, model mongo.WriteModel, callOpts envelope.CallOptions, check func() error,
 	call func(ctx context.Context) (*T, error), acked func(*T) bool) (*T, error) {
 	var last *T
+	var c *engine.Call
 	return guard(g, ctx, method[T]{
 		name: name, txInputs: 1, tx: call,
 		// findAndModify returns a document (before or after the write); a
@@ -61,7 +62,8 @@ func one[T any](g *Guarded, ctx context.Context, name, command string, model mon
 			}
 			return 1, true, nil
 		},
-		prepare: func(ctx context.Context, c *engine.Call) error {
+		prepare: func(ctx context.Context, call *engine.Call) error {
+			c = call
 			c.SetCommand(command)
 			c.SetIdempotent(idempotent(ctx))
 			c.SetCallOptions(callOpts, nil)
@@ -74,6 +76,7 @@ func one[T any](g *Guarded, ctx context.Context, name, command string, model mon
 				if err == nil && !acked(res) {
 					return res, engine.ErrUnacked
 				}
+				c.SetMatchedNothing(err == nil && matchedNothing(res))
 			}
 			return res, err
 		},
@@ -84,6 +87,20 @@ func one[T any](g *Guarded, ctx context.Context, name, command string, model mon
 			return nil
 		},
 	})
+}
+
+// matchedNothing reports whether an acknowledged result of a method of
+// one write matched no document (hooks.OperationEnd.MatchedNothing).
+func matchedNothing(res any) bool {
+	switch r := res.(type) {
+	case *mongo.UpdateResult:
+		return r.MatchedCount == 0 && r.UpsertedCount == 0
+	case *mongo.DeleteResult:
+		return r.DeletedCount == 0
+	case *mongo.SingleResult:
+		return errors.Is(r.Err(), mongo.ErrNoDocuments)
+	}
+	return false
 }
 
 func updateAcked(r *mongo.UpdateResult) bool { return r.Acknowledged }

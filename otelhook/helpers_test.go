@@ -362,3 +362,37 @@ func (hx *harness) dump(t *testing.T) string {
 	}
 	return b.String()
 }
+
+// pointAttr returns attribute key of the one point instrument has in m
+// ("" when the point has no such attribute); it fails the test when the
+// instrument has not exactly one point.
+func pointAttr(t *testing.T, m metricdata.ResourceMetrics, instrument, key string) string {
+	t.Helper()
+	var sets []attribute.Set
+	for _, sm := range m.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			if mt.Name != instrument {
+				continue
+			}
+			switch d := mt.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					sets = append(sets, dp.Attributes)
+				}
+			case metricdata.Histogram[float64]:
+				for _, dp := range d.DataPoints {
+					sets = append(sets, dp.Attributes)
+				}
+			case metricdata.Histogram[int64]:
+				for _, dp := range d.DataPoints {
+					sets = append(sets, dp.Attributes)
+				}
+			}
+		}
+	}
+	if len(sets) != 1 {
+		t.Fatalf("%s: %d points, want 1", instrument, len(sets))
+	}
+	v, _ := sets[0].Value(attribute.Key(key))
+	return v.Emit()
+}

@@ -18,8 +18,10 @@ const watchUsage = `Usage: writeguard dlq watch [flags]
 
 Reads the dead-letter collection every --interval and serves its backlog as
 metrics until interrupted: writeguard.dlq.envelopes (by status),
-writeguard.dlq.pending (pending envelopes by failing keyword) and
-writeguard.dlq.oldest_pending.age (seconds), through --metrics-addr
+writeguard.dlq.failing_keywords (the failing keywords of the pending
+envelopes, by keyword: an envelope counts once under each of its keywords,
+so do not sum it as envelopes) and writeguard.dlq.oldest_pending.age
+(seconds), through --metrics-addr
 (Prometheus) and/or OTLP (--otlp-endpoint or OTEL_EXPORTER_OTLP_*). Run one
 per dead-letter collection: the writers need none (otelhook.ObserveDLQ).
 

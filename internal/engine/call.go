@@ -69,6 +69,12 @@ func (c *Call) SetIdempotent(v bool) { c.idempotent = v }
 // (hooks.Operation.Command).
 func (c *Call) SetCommand(cmd string) { c.op.Command = cmd }
 
+// SetMatchedNothing records whether the acknowledged reply of the
+// attempt that succeeded matched no document (a method of one write);
+// the OperationFinished hook reports it (hooks.OperationEnd.MatchedNothing)
+// when the input ended written.
+func (c *Call) SetMatchedNothing(v bool) { c.ext.matchedNothing = v }
+
 // Run drives every input to its terminal disposition, sending each attempt
 // with send. It returns the driver's result of the first attempt when that
 // attempt succeeded for every input (so the caller gets exactly what the

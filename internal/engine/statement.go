@@ -11,6 +11,9 @@ type callExt struct {
 	whole  *policy.Failure // the last attempt's whole-command failure (verdicts), nil when none
 	wholeN int             // the number of documents of that attempt
 	bis    bisection
+	// matchedNothing: the reply of the attempt that wrote the input
+	// matched no document (SetMatchedNothing).
+	matchedNothing bool
 }
 
 // NeverResend takes back every idempotence mark of the call (SetIdempotent,
