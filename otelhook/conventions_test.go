@@ -396,3 +396,39 @@ func TestExemplars(t *testing.T) {
 		}
 	}
 }
+
+// TestFloodZeroSeries: the first call of a collection creates the
+// writeguard.dead_letter.flood series at 0 (its labels are known when a
+// call starts), so that a first flood after a scrape is an increase from
+// 0; a later flood call adds to that same series.
+func TestFloodZeroSeries(t *testing.T) {
+	hx := newHarness(t)
+	g := hx.guard(t, mocks.NewFake("shop.orders").Validator(requireQty),
+		writeguard.WithDeadLetterBreaker(writeguard.BreakerConfig{MinDocuments: 1}))
+	if _, err := g.InsertMany(bg, []bson.D{{{Key: "qty", Value: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	flood := func() int64 {
+		for _, sm := range hx.collect(t).ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name == otelhook.MetricDeadLetterFlood {
+					pts := m.Data.(metricdata.Sum[int64]).DataPoints
+					if len(pts) != 1 {
+						t.Fatalf("%d flood series, want 1", len(pts))
+					}
+					return pts[0].Value
+				}
+			}
+		}
+		return -1
+	}
+	if n := flood(); n != 0 {
+		t.Fatalf("after a clean call: flood series %d, want a series at 0", n)
+	}
+	if _, err := g.InsertMany(bg, []bson.D{{{Key: "_id", Value: 1}}, {{Key: "_id", Value: 2}}}); !errors.Is(err, writeguard.ErrDeadLetterFlood) {
+		t.Fatalf("err = %v, want ErrDeadLetterFlood", err)
+	}
+	if n := flood(); n != 1 {
+		t.Errorf("after a flood: %d, want 1 on the same series", n)
+	}
+}

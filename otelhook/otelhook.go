@@ -69,6 +69,11 @@ type handler struct {
 	limit  *loglimit.Limiter
 	replay bool // the hooks of a replay's writes (NewReplayHooks)
 
+	// seen holds the calls (by seriesKey) whose zero series exist
+	// (zeroSeries).
+	seenMu sync.Mutex
+	seen   map[seriesKey]struct{}
+
 	duration     metric.Float64Histogram
 	inputs       metric.Int64Counter
 	attempts     metric.Int64Histogram
@@ -263,7 +268,40 @@ func (h *handler) operationStarted(ctx context.Context, op *hooks.Operation) con
 		attrs = append(attrs, keyReplay.Bool(true))
 	}
 	ctx, span := h.tracer.Start(ctx, name, trace.WithSpanKind(h.kind), trace.WithAttributes(attrs...))
-	return context.WithValue(ctx, opKey{h}, &opState{span: span, name: name, attrs: metricAttrs(op)})
+	st := &opState{span: span, name: name, attrs: metricAttrs(op)}
+	h.zeroSeries(ctx, op, st.attrs)
+	return context.WithValue(ctx, opKey{h}, st)
+}
+
+// seriesKey identifies the metric attributes of a call (metricAttrs).
+type seriesKey struct {
+	db, coll, method, command string
+	batch                     bool
+}
+
+// zeroSeries creates, on the first call with attrs, the series of
+// writeguard.dead_letter.flood at 0: its labels are known when a call
+// starts, so a first flood after a scrape is an increase from 0 that
+// Prometheus's increase() sees (deploy/prometheus/alerts.yml, "First
+// occurrences"). The other counters carry a code or a disposition, known
+// only when the event comes.
+func (h *handler) zeroSeries(ctx context.Context, op *hooks.Operation, attrs []attribute.KeyValue) {
+	if h.replay {
+		return
+	}
+	k := seriesKey{op.Database, op.Collection, op.Name, op.Command, isBatch(op)}
+	h.seenMu.Lock()
+	_, ok := h.seen[k]
+	if !ok {
+		if h.seen == nil {
+			h.seen = map[seriesKey]struct{}{}
+		}
+		h.seen[k] = struct{}{}
+	}
+	h.seenMu.Unlock()
+	if !ok {
+		h.flood.Add(context.WithoutCancel(ctx), 0, metric.WithAttributes(with(attrs)...))
+	}
 }
 
 // stepName is the name of an attempt or dead-letter span: the operation
