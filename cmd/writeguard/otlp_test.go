@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -31,6 +32,31 @@ type otlpReceiver struct {
 	mu      sync.Mutex
 	spans   []*tracepb.Span
 	metrics []*metricpb.Metric // in arrival order
+	// resources of the spans and of the metrics received, by the
+	// requests' order.
+	traceRes, metricRes []map[string]string
+	// headers of the requests received (first value of each).
+	headers map[string]string
+}
+
+// addTraces and addMetrics record a request's content (the caller holds
+// mu).
+func (r *otlpReceiver) addTraces(m *coltracepb.ExportTraceServiceRequest) {
+	for _, rs := range m.ResourceSpans {
+		r.traceRes = append(r.traceRes, attrs(rs.GetResource().GetAttributes()))
+		for _, ss := range rs.ScopeSpans {
+			r.spans = append(r.spans, ss.Spans...)
+		}
+	}
+}
+
+func (r *otlpReceiver) addMetrics(m *colmetricpb.ExportMetricsServiceRequest) {
+	for _, rm := range m.ResourceMetrics {
+		r.metricRes = append(r.metricRes, attrs(rm.GetResource().GetAttributes()))
+		for _, sm := range rm.ScopeMetrics {
+			r.metrics = append(r.metrics, sm.Metrics...)
+		}
+	}
 }
 
 func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -41,6 +67,12 @@ func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.headers == nil {
+		r.headers = map[string]string{}
+	}
+	for k := range req.Header {
+		r.headers[strings.ToLower(k)] = req.Header.Get(k)
+	}
 	switch req.URL.Path {
 	case "/v1/traces":
 		var m coltracepb.ExportTraceServiceRequest
@@ -48,11 +80,7 @@ func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		for _, rs := range m.ResourceSpans {
-			for _, ss := range rs.ScopeSpans {
-				r.spans = append(r.spans, ss.Spans...)
-			}
-		}
+		r.addTraces(&m)
 		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		_, _ = w.Write(out)
@@ -62,11 +90,7 @@ func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		for _, rm := range m.ResourceMetrics {
-			for _, sm := range rm.ScopeMetrics {
-				r.metrics = append(r.metrics, sm.Metrics...)
-			}
-		}
+		r.addMetrics(&m)
 		out, _ := proto.Marshal(&colmetricpb.ExportMetricsServiceResponse{})
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		_, _ = w.Write(out)

@@ -56,8 +56,8 @@ func dlqWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageError(stderr, name, "-interval %v: want ≥ 1s", interval)
 	case tf.check() != "":
 		return usageError(stderr, name, "%s", tf.check())
-	case tf.metricsAddr == "" && !tf.otlpOn():
-		return usageError(stderr, name, "nothing to serve: give -metrics-addr or -otlp-endpoint (or set OTEL_EXPORTER_OTLP_ENDPOINT)")
+	case !tf.exportsMetrics():
+		return usageError(stderr, name, "nothing to serve: give -metrics-addr or -otlp-endpoint (or set OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_METRICS_ENDPOINT; not OTEL_SDK_DISABLED=true)")
 	}
 	c, err := conn.Open(ctx, conn.Options{URI: uri, DataDir: dataDir})
 	if err != nil {

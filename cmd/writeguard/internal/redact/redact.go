@@ -197,6 +197,25 @@ func (s *Scrubber) AddURI(uri string) {
 	sort.Slice(s.secrets, func(i, j int) bool { return len(s.secrets[i]) > len(s.secrets[j]) })
 }
 
+// AddSecrets makes s scrub each of secrets wherever it appears (a header
+// value, a token). Strings shorter than 3 bytes are ignored: they would
+// mask innocent text.
+func (s *Scrubber) AddSecrets(secrets ...string) {
+	var add []string
+	for _, sec := range secrets {
+		if len(sec) >= 3 {
+			add = append(add, sec)
+		}
+	}
+	if len(add) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.secrets = append(s.secrets, add...)
+	sort.Slice(s.secrets, func(i, j int) bool { return len(s.secrets[i]) > len(s.secrets[j]) })
+}
+
 // String returns text with every known secret replaced by Mask and every
 // connection string in it redacted (URI).
 func (s *Scrubber) String(text string) string {
