@@ -186,16 +186,7 @@ type Scrubber struct {
 }
 
 // AddURI makes s scrub the secrets of uri (see URI) wherever they appear.
-func (s *Scrubber) AddURI(uri string) {
-	sec := secretsOf(uri)
-	if len(sec) == 0 {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.secrets = append(s.secrets, sec...)
-	sort.Slice(s.secrets, func(i, j int) bool { return len(s.secrets[i]) > len(s.secrets[j]) })
-}
+func (s *Scrubber) AddURI(uri string) { s.AddSecrets(secretsOf(uri)...) }
 
 // AddSecrets makes s scrub each of secrets wherever it appears (a header
 // value, a token). Strings shorter than 3 bytes are ignored: they would
