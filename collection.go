@@ -141,7 +141,9 @@ func New(t Target, opts ...Option) (*Guarded, error) {
 		return nil, errors.New("writeguard: New(nil target)")
 	}
 	db := ""
-	if ns, ok := t.(interface{ Namespace() string }); ok {
+	if c, ok := t.(*mongo.Collection); ok && c != nil {
+		db = c.Database().Name()
+	} else if ns, ok := t.(interface{ Namespace() string }); ok {
 		if d, _, found := strings.Cut(ns.Namespace(), "."); found {
 			db = d
 		}

@@ -61,6 +61,7 @@ func one[T any](g *Guarded, ctx context.Context, name, command string, model mon
 			}
 			return engine.Inputs{Ordered: true, Models: []mongo.WriteModel{model}, Command: command, CallOptions: callOpts}, nil
 		},
+		matchedNothing: matchedNothing,
 		send: func(ctx context.Context, _ engine.Batch) (any, error) {
 			res, err := call(ctx)
 			if res != nil {
@@ -78,6 +79,20 @@ func one[T any](g *Guarded, ctx context.Context, name, command string, model mon
 			return nil
 		},
 	})
+}
+
+// matchedNothing reports whether an acknowledged result of a method of
+// one write matched no document (hooks.OperationEnd.MatchedNothing).
+func matchedNothing(res any) bool {
+	switch r := res.(type) {
+	case *mongo.UpdateResult:
+		return r.MatchedCount == 0 && r.UpsertedCount == 0
+	case *mongo.DeleteResult:
+		return r.DeletedCount == 0
+	case *mongo.SingleResult:
+		return errors.Is(r.Err(), mongo.ErrNoDocuments)
+	}
+	return false
 }
 
 func updateAcked(r *mongo.UpdateResult) bool { return r.Acknowledged }

@@ -35,6 +35,9 @@ type method[T any] struct {
 	// again, even when marked idempotent (findAndModify: a second run
 	// cannot return the first run's document).
 	neverResend bool
+	// matchedNothing reads a successful attempt's result: whether it
+	// matched no document (methods of one write; nil for the others).
+	matchedNothing func(result any) bool
 	// result is the result returned after retries or with a Report.
 	result func(r engine.Result) *T
 }
@@ -66,7 +69,7 @@ func guard[T any](g *Guarded, ctx context.Context, m method[T]) (*T, error) {
 		Name: m.name, Inputs: in, Send: m.send,
 		Idempotent: idempotent(ctx), IdempotentModels: idempotentModels(ctx), // WithIdempotent, IdempotentModels
 		MaybeApplied: maybeApplied(ctx), // Remaining.Context (finish.go)
-		NeverResend:  m.neverResend,
+		NeverResend:  m.neverResend, MatchedNothing: m.matchedNothing,
 	})
 	if res, ok := r.First().(*T); ok && res != nil && err == nil {
 		return res, nil

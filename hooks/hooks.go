@@ -29,12 +29,15 @@ import (
 // Operation identifies a wrapped call. It is shared by every event of the
 // call.
 type Operation struct {
-	// Name is the driver method's command-level name: insertOne,
-	// insertMany or bulkWrite.
+	// Name is the guarded method, as the driver's CRUD API names it:
+	// insertOne, insertMany, bulkWrite, updateOne, updateByID,
+	// updateMany, replaceOne, deleteOne, deleteMany, findOneAndUpdate,
+	// findOneAndReplace or findOneAndDelete.
 	Name string
 	// Command is the server command the driver sends for the call, when
-	// the caller of the hooks knows it (BulkCommand computes it for a
-	// bulkWrite); "" otherwise. Read it through CommandName, which fills
+	// the caller of the hooks knows it: "update", "delete" or
+	// "findAndModify" for the methods of one write, BulkCommand's for a
+	// bulkWrite; "" otherwise. Read it through CommandName, which fills
 	// in the commands of insertOne and insertMany.
 	Command string
 	// Database and Collection name the target ("" when unknown, e.g. a
@@ -279,6 +282,18 @@ type OperationEnd struct {
 	Code     int32
 	CodeName string       // codeName of that failure, when the server sent one
 	Class    policy.Class // class of that failure
+	// MatchedNothing is true when a method of one write (UpdateOne,
+	// UpdateByID, UpdateMany, ReplaceOne, DeleteOne, DeleteMany, the
+	// FindOneAnd* methods) ended written and the acknowledged reply of the
+	// attempt that wrote it matched no document: MatchedCount 0 without an
+	// upsert, DeletedCount 0, or a findAndModify whose result is
+	// mongo.ErrNoDocuments. The disposition stays written (the command
+	// succeeded; writeguard does not judge filters). As the driver's
+	// result, it describes that attempt only: after a re-send that
+	// followed a lost reply, the first attempt may have matched. Always
+	// false for the insert methods, BulkWrite and calls inside a
+	// transaction.
+	MatchedNothing bool
 }
 
 // Hooks is a set of optional callbacks. A nil func is skipped.

@@ -29,12 +29,14 @@ type config struct {
 	pollInterval   time.Duration        // ObserveDLQ
 	server         []attribute.KeyValue // server.address, server.port
 	now            func() time.Time     // rate limit of log records (tests replace it)
+	replay         bool                 // NewReplayHooks: the replay's instruments
+	maxKeywords    int                  // ObserveDLQ: keyword label values
 }
 
 // newConfig applies opts over the defaults: the global tracer and meter
 // providers, a logger that discards everything, no server attributes.
 func newConfig(opts ...Option) *config {
-	c := &config{now: time.Now, spanKind: trace.SpanKindClient, pollInterval: DefaultPollInterval}
+	c := &config{now: time.Now, spanKind: trace.SpanKindClient, pollInterval: DefaultPollInterval, maxKeywords: DefaultMaxKeywords}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(c)

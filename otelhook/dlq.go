@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"sort"
 	"sync"
 	"time"
@@ -28,14 +29,15 @@ type DLQObserver struct {
 	now    func() time.Time
 	reg    metric.Registration
 
-	envs, pending metric.Int64ObservableGauge
-	age           metric.Float64ObservableGauge
-	cancel        context.CancelFunc
-	done          chan struct{}
+	envs, keywordsG metric.Int64ObservableGauge
+	age             metric.Float64ObservableGauge
+	cancel          context.CancelFunc
+	done            chan struct{}
+	maxKeywords     int // keyword label values besides "other"
 
 	mu       sync.Mutex
-	byStatus map[string]int64 // envelopes per status, every status ever seen
-	keywords map[string]int64 // pending envelopes per failing keyword, every keyword ever seen
+	byStatus map[string]int64 // envelopes per status: envelope.Statuses and "other"
+	keywords map[string]int64 // failing keywords of the pending envelopes (boundKeywords)
 	oldest   time.Time        // first_seen of the oldest pending envelope; zero when none
 	polled   time.Time        // when the figures were read
 	err      error            // the last poll's error
@@ -47,16 +49,28 @@ type DLQObserver struct {
 // gauges of the meter provider (WithMeterProvider):
 //
 //   - writeguard.dlq.envelopes (gauge, {envelope}): envelopes by
-//     writeguard.envelope.status (every status of envelope.Statuses —
-//     pending, replayed, discarded, quarantined — always, 0 when none, and
-//     any other status stored, kept at 0 once its last envelope is gone).
-//   - writeguard.dlq.pending (gauge, {envelope}): pending envelopes by
-//     writeguard.failing_keyword (the envelope's failing_keywords; an
-//     envelope with two keywords counts under each), 0 for a keyword no
-//     pending envelope has any more.
+//     writeguard.envelope.status: each status of envelope.Statuses
+//     (pending, replayed, discarded, quarantined) and StatusOther for any
+//     other value stored, always, 0 when none.
+//   - writeguard.dlq.failing_keywords (gauge, {keyword}): the failing
+//     keywords of the pending envelopes, by writeguard.failing_keyword.
+//     An envelope with two keywords counts once under each, so the sum
+//     over keywords counts keywords, not envelopes (the pending envelopes
+//     are writeguard.dlq.envelopes{writeguard.envelope.status="pending"}).
+//     A keyword no pending envelope has any more reports 0 once, then
+//     goes.
 //   - writeguard.dlq.oldest_pending.age (gauge, s): the age of the oldest
 //     pending envelope (now − its first_seen) at the time of the
 //     observation, so it grows between polls; 0 when none is pending.
+//
+// The label values read from the collection are bounded, since any
+// writer of the collection could store anything there: a status outside
+// envelope.Statuses is StatusOther; a keyword is its own label value only
+// when it looks like an operator or keyword name (a letter, or '$' and a
+// letter, then up to 63 letters, digits or '_') and is among the
+// WithMaxKeywords (default DefaultMaxKeywords) most frequent; the others
+// add up under StatusOther ("other"). At most 2 × WithMaxKeywords + 1
+// keyword series exist at a time.
 //
 // Each carries db.system.name, db.namespace and db.collection.name of the
 // dead-letter collection. The figures come from dlq.Stats (two reads
@@ -83,11 +97,9 @@ func ObserveDLQ(ctx context.Context, dlq *mongo.Collection, opts ...Option) (*DL
 			keyDBNamespace.String(dlq.Database().Name()),
 			keyDBCollectionName.String(dlq.Name()),
 		},
-		byStatus: map[string]int64{},
-		keywords: map[string]int64{},
-	}
-	for _, st := range envelope.Statuses {
-		o.byStatus[st] = 0
+		byStatus:    map[string]int64{},
+		keywords:    map[string]int64{},
+		maxKeywords: c.maxKeywords,
 	}
 	if err := o.poll(ctx); err != nil {
 		return nil, err
@@ -97,8 +109,9 @@ func ObserveDLQ(ctx context.Context, dlq *mongo.Collection, opts ...Option) (*DL
 	o.envs, e = m.Int64ObservableGauge(MetricDLQEnvelopes,
 		metric.WithDescription("Envelopes in the dead-letter collection, by status."), metric.WithUnit("{envelope}"))
 	err = errors.Join(err, e)
-	o.pending, e = m.Int64ObservableGauge(MetricDLQPendingKeyword,
-		metric.WithDescription("Pending envelopes in the dead-letter collection, by failing keyword."), metric.WithUnit("{envelope}"))
+	o.keywordsG, e = m.Int64ObservableGauge(MetricDLQFailingKeywords,
+		metric.WithDescription("Failing keywords of the pending envelopes in the dead-letter collection, by keyword (an envelope counts once under each of its keywords: do not sum as envelopes)."),
+		metric.WithUnit("{keyword}"))
 	err = errors.Join(err, e)
 	o.age, e = m.Float64ObservableGauge(MetricDLQOldestPendingAge,
 		metric.WithDescription("Age of the oldest pending envelope in the dead-letter collection (0 when none is pending)."), metric.WithUnit("s"))
@@ -106,7 +119,7 @@ func ObserveDLQ(ctx context.Context, dlq *mongo.Collection, opts ...Option) (*DL
 	if err != nil {
 		return nil, fmt.Errorf("otelhook: ObserveDLQ: creating instruments: %w", err)
 	}
-	o.reg, err = m.RegisterCallback(o.observe, o.envs, o.pending, o.age)
+	o.reg, err = m.RegisterCallback(o.observe, o.envs, o.keywordsG, o.age)
 	if err != nil {
 		return nil, fmt.Errorf("otelhook: ObserveDLQ: registering the callback: %w", err)
 	}
@@ -150,20 +163,16 @@ func (o *DLQObserver) poll(ctx context.Context) error {
 		o.setErr(err)
 		return fmt.Errorf("otelhook: ObserveDLQ: %w", err)
 	}
+	byStatus := boundStatuses(all.ByStatus)
+	keywords := boundKeywords(pend.ByKeyword, o.maxKeywords)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for k := range o.byStatus {
-		o.byStatus[k] = 0
+	for k, n := range o.keywords {
+		if _, ok := keywords[k]; !ok && n > 0 {
+			keywords[k] = 0 // reported once at 0, then gone
+		}
 	}
-	for _, g := range all.ByStatus {
-		o.byStatus[g.Key] = g.Envelopes
-	}
-	for k := range o.keywords {
-		o.keywords[k] = 0
-	}
-	for _, g := range pend.ByKeyword {
-		o.keywords[g.Key] = g.Envelopes
-	}
+	o.byStatus, o.keywords = byStatus, keywords
 	o.oldest = pend.OldestPending
 	if pend.Pending == 0 {
 		o.oldest = time.Time{}
@@ -178,12 +187,78 @@ func (o *DLQObserver) setErr(err error) {
 	o.mu.Unlock()
 }
 
+// StatusOther is the label value under which ObserveDLQ counts a status
+// outside envelope.Statuses, and the failing keywords it does not report
+// by name.
+const StatusOther = "other"
+
+// DefaultMaxKeywords is how many failing keywords ObserveDLQ reports by
+// name by default (WithMaxKeywords); the others add up under
+// StatusOther.
+const DefaultMaxKeywords = 20
+
+// WithMaxKeywords sets how many failing keywords ObserveDLQ reports by
+// name in writeguard.dlq.failing_keywords: the n most frequent among the
+// pending envelopes (1 ≤ n ≤ 1000; other values are ignored); the others
+// add up under StatusOther. Default DefaultMaxKeywords. New ignores it.
+func WithMaxKeywords(n int) Option {
+	return optionFunc(func(c *config) {
+		if n >= 1 && n <= 1000 {
+			c.maxKeywords = n
+		}
+	})
+}
+
+// keywordRE is what a failing keyword reported by name looks like: a
+// JSON Schema keyword or a query operator (minimum, bsonType, $lt), or
+// "unknown" (envelope.FailingKeywords).
+var keywordRE = regexp.MustCompile(`^\$?[A-Za-z][A-Za-z0-9_]{0,63}$`)
+
+// boundStatuses returns envelopes per status: every status of
+// envelope.Statuses and StatusOther, each 0 when none, any other status
+// stored added to StatusOther.
+func boundStatuses(groups []dlq.Group) map[string]int64 {
+	out := map[string]int64{StatusOther: 0}
+	for _, st := range envelope.Statuses {
+		out[st] = 0
+	}
+	for _, g := range groups {
+		if _, known := out[g.Key]; known && g.Key != StatusOther {
+			out[g.Key] += g.Envelopes
+		} else {
+			out[StatusOther] += g.Envelopes
+		}
+	}
+	return out
+}
+
+// boundKeywords returns the failing keywords of groups (sorted by
+// envelopes, largest first, as dlq.Stats sorts them) under their
+// names for the first max that look like keywords (keywordRE), the rest
+// added up under StatusOther (present only when some are).
+func boundKeywords(groups []dlq.Group, max int) map[string]int64 {
+	out := map[string]int64{}
+	named := 0
+	for _, g := range groups {
+		if named < max && keywordRE.MatchString(g.Key) && g.Key != StatusOther {
+			out[g.Key] += g.Envelopes
+			named++
+			continue
+		}
+		out[StatusOther] += g.Envelopes
+	}
+	return out
+}
+
 // DLQFigures is what the backlog gauges report, as of Polled.
 type DLQFigures struct {
-	// ByStatus is the number of envelopes per status.
+	// ByStatus is the number of envelopes per status (envelope.Statuses
+	// and StatusOther).
 	ByStatus map[string]int64
-	// PendingByKeyword is the number of pending envelopes per failing
-	// keyword.
+	// PendingByKeyword is writeguard.dlq.failing_keywords: per failing
+	// keyword, the pending envelopes that have it (an envelope counts
+	// under each of its keywords; the bounded label values of
+	// ObserveDLQ).
 	PendingByKeyword map[string]int64
 	// OldestPending is the first_seen of the oldest pending envelope,
 	// zero when none is pending.
@@ -216,7 +291,7 @@ func (o *DLQObserver) observe(_ context.Context, obs metric.Observer) error {
 		obs.ObserveInt64(o.envs, f.ByStatus[k], metric.WithAttributes(with(o.attrs, keyEnvelopeStatus.String(k))...))
 	}
 	for _, k := range sortedKeys(f.PendingByKeyword) {
-		obs.ObserveInt64(o.pending, f.PendingByKeyword[k], metric.WithAttributes(with(o.attrs, keyFailingKeyword.String(k))...))
+		obs.ObserveInt64(o.keywordsG, f.PendingByKeyword[k], metric.WithAttributes(with(o.attrs, keyFailingKeyword.String(k))...))
 	}
 	age := 0.0
 	if !f.OldestPending.IsZero() {

@@ -1,10 +1,13 @@
 // Package otelhook turns writeguard's lifecycle hooks into OpenTelemetry
 // spans and metrics. New returns a hooks.Hooks; pass it to
-// writeguard.WithHooks and every guarded InsertOne, InsertMany and
-// BulkWrite is traced as one client span with a child span per attempt
-// and per dead-letter hand-off, and measured by the metrics below.
-// ObserveDLQ measures a dead-letter collection's backlog, and
-// ReplayRecorder what replays did. The
+// writeguard.WithHooks and every guarded method (InsertOne, InsertMany,
+// BulkWrite, UpdateOne, UpdateByID, UpdateMany, ReplaceOne, DeleteOne,
+// DeleteMany, FindOneAndUpdate, FindOneAndReplace, FindOneAndDelete) is
+// traced as one client span with a child span per attempt and per
+// dead-letter hand-off, and measured by the metrics below.
+// ObserveDLQ measures a dead-letter collection's backlog,
+// ReplayRecorder what replays did, and NewReplayHooks traces a replay's
+// writes and counts them apart from the application's. The
 // attempt span is in the context writeguard hands to the driver, so the
 // driver's own command spans (otelmongo, or any CommandMonitor that reads
 // the context) nest under the attempt that sent them.
@@ -15,7 +18,9 @@
 //
 // The tracer and meter providers default to the global ones
 // (otel.GetTracerProvider, otel.GetMeterProvider), read when New is
-// called; nothing else global is used.
+// called; nothing else global is used. otelhook never reads the
+// environment: the OTEL_* variables are the SDK's business (the
+// writeguard command's telemetry honours them).
 //
 // # Spans
 //
@@ -24,33 +29,82 @@
 //
 // # Conventions, and where each comes from
 //
-// Where the database semantic conventions (schema 1.43.0), the MongoDB
-// drivers' OpenTelemetry specification (mongodb/specifications,
-// source/open-telemetry/open-telemetry.md) and what backends do disagree,
-// the drivers' specification decides the shape of the tree and the
-// semantic conventions decide names and attributes:
+// Two sources describe a MongoDB client span: the stable database
+// semantic conventions (schema 1.43.0; docs/db/database-spans.md and
+// docs/db/mongodb.md of open-telemetry/semantic-conventions) and the
+// MongoDB drivers' OpenTelemetry specification (mongodb/specifications,
+// source/open-telemetry/open-telemetry.md), which a driver that traces
+// natively follows: one "operation span" per driver operation, named
+// "<operation> <db>.<collection>" ("insert shop.orders"), kind client,
+// with db.operation.summary equal to the name, and a command span per
+// server command nested under it. writeguard's operation span is not a
+// driver operation: it wraps every driver call a guarded call makes (its
+// retries, a bisection's halves, the read-backs), and each of those,
+// once the driver traces natively, is a driver operation span of its own
+// under writeguard's attempt span. The decisions:
 //
-//   - Span name: "<db.operation.name> <db.collection.name>" ("insert
-//     orders") — the semantic conventions' span name for a database call
-//     ("{db.operation.name} {target}", database-spans.md, "Name"), so the
-//     name and db.operation.name agree. The drivers' specification writes
-//     the target as "<db>.<collection>" ("Operation Span Name"); the
-//     conventions' target is the collection, and db.namespace carries the
-//     database. The driver method (insertMany) is writeguard.method.
+//   - Span name: "<method> <db>.<collection>" ("insertMany shop.orders",
+//     "findOneAndDelete shop.orders"; "<method> <collection>" when the
+//     database is not known). The form, database included, is the
+//     drivers' specification's ("Operation Span Name":
+//     "driver_operation_name db.collection_name"), so traces of
+//     writeguard and of the drivers read alike and a collection name in
+//     two databases stays apart. The first word is the guarded method the
+//     caller called (writeguard.method), not the driver operation's name
+//     (the specification maps insertOne and insertMany to "insert",
+//     findOneAndDelete to "findAndModify"): copying the driver's name
+//     would give two client spans named "insert shop.orders", one inside
+//     the other, for every call once the driver traces natively (three
+//     after a retry), and a search by span name would count every call
+//     twice. The drivers' specification names a bulkWrite "bulkWrite
+//     admin" (the client-level bulkWrite runs against admin), never
+//     "bulkWrite <db>.<collection>". This departs from the semantic
+//     conventions' name ("{db.operation.name} {target}" with the
+//     collection as target: "insert orders", the name of earlier
+//     releases), which the drivers' specification departs from too; the
+//     conventions allow it ("Semantic conventions for individual database
+//     systems MAY specify different span name format").
+//   - db.operation.summary: the span's name, as the drivers' specification
+//     requires of an operation span ("Equivalent to span name",
+//     required). The semantic conventions have no such attribute; their
+//     db.query.summary summarises a query text writeguard never sees, and
+//     is left to the command spans.
+//   - db.operation.name: the server command the call sends — "insert"
+//     (insertOne, insertMany), "update" (updateOne, updateByID,
+//     updateMany, replaceOne), "delete", "findAndModify" — the value
+//     both sources give (the semantic conventions' MongoDB page: "The
+//     name of the MongoDB command being executed"; the drivers'
+//     specification's operation names), so that metrics and queries
+//     grouped by db.operation.name put writeguard's calls beside the
+//     driver's operations. A batch (below) is "BATCH <command>" when every
+//     model sends the same command ("BATCH update" for update and replace
+//     models) and "bulkWrite", MongoDB's own term, when they mix
+//     commands: the semantic conventions since 1.28 ("For batch
+//     operations, if the individual operations would all have the same
+//     db.operation.name when executed as non-batch operations, then that
+//     operation name SHOULD be used prepended by BATCH. Otherwise,
+//     db.operation.name SHOULD be BATCH or some other database system
+//     specific term if more applicable"). The drivers' specification has
+//     no batch prefix. The method is writeguard.method.
+//   - db.operation.batch.size: only for a batch as the conventions define
+//     it (two or more operations "explicitly submitted as separate
+//     operations in a single client call"; "A database call is not a
+//     batch operation solely because one operation accepts multiple
+//     operands, such as ... documents"): a bulkWrite of two or more write
+//     models. An InsertMany is one insert operation carrying many
+//     documents: no batch size, no prefix.
 //   - Kind: client, with the driver's command spans (also client) nested
 //     under it — the drivers' specification: "Operation Span Kind: MUST
 //     be client"; command spans "MUST be nested to the span for the
-//     corresponding driver operation", one per retry. Backends that derive
-//     database call metrics from client spans (service maps, RED
-//     dashboards) then count a call once for writeguard's span and once
-//     per command span under it: WithSpanKind(trace.SpanKindInternal)
-//     makes writeguard's span internal where that double count matters.
-//     Attempt and dead-letter spans are internal: writeguard's own steps.
-//   - db.operation.batch.size: only for a batch as the conventions define
-//     it ("Operations are only considered batches when they contain two or
-//     more operations", attribute registry, db.operation.batch.size): a
-//     bulkWrite of two or more write models. An InsertMany is one insert
-//     command carrying many documents: one operation, no batch size.
+//     corresponding driver operation", one per retry; the conventions:
+//     "Span kind SHOULD be CLIENT", and "it is RECOMMENDED to instrument
+//     the higher-level convenience APIs" (writeguard's methods are one).
+//     Backends that derive database call metrics from client spans
+//     (service maps, RED dashboards) then count a call once for
+//     writeguard's span and once per driver span under it:
+//     WithSpanKind(trace.SpanKindInternal) makes writeguard's span
+//     internal where that double count matters. Attempt and dead-letter
+//     spans are internal: writeguard's own steps.
 //   - Error status: only a call writeguard did not handle — its error is
 //     not nil and writeguard.Handled(err) is false — gets status Error and
 //     error.type (semantic conventions, "Recording errors": an error the
@@ -60,7 +114,9 @@
 //     are verdicts on documents (class invalid or conflict: 121, 11000
 //     write errors in a reply the server sent with ok: 1, whose driver
 //     command span succeeds) has no error status either; an attempt that
-//     failed transiently or with an unknown code has.
+//     failed transiently or with an unknown code has. No exception event
+//     is recorded (the drivers' specification asks for exception.message):
+//     an error's text may quote document values (see Privacy).
 //   - A call that dead-letters while writeguard's dead-letter flood
 //     breaker is open (writeguard.WithDeadLetterBreaker) is not handled:
 //     status Error, error.type "dead_letter_flood" when nothing else is
@@ -68,21 +124,26 @@
 //     writeguard.flood_breaker.share (the window's dead-lettered share),
 //     a point of writeguard.dead_letter.flood, and a Warn log record at
 //     most once a minute.
+//   - A write that succeeded and matched no document (an update or
+//     replace with MatchedCount 0 and no upsert, a delete with
+//     DeletedCount 0, a findAndModify that found nothing:
+//     hooks.OperationEnd.MatchedNothing) is written — the command did
+//     what it was asked — with writeguard.no_match = true on its span and
+//     its writeguard.call.inputs point.
 //
 // Operation span, one per guarded call, from OperationStarted to
-// OperationFinished: named "<db.operation.name> <db.collection.name>"
-// ("insert orders"), kind client (WithSpanKind), with the stable database
-// semantic conventions (schema 1.43.0):
+// OperationFinished: named "<method> <db>.<collection>"
+// ("insertMany shop.orders"), kind client (WithSpanKind), with the stable
+// database semantic conventions (schema 1.43.0):
 //
 //   - db.system.name = "mongodb", db.namespace (the database name, when
-//     known), db.collection.name, db.operation.name: the server command,
-//     as the conventions and the driver instrumentation (otelmongo) name
-//     it — "insert" for InsertOne and InsertMany; for BulkWrite "insert",
-//     "update" or "delete" when the caller of the hooks sets
-//     hooks.Operation.Command, else "bulkWrite" (see
-//     hooks.Operation.CommandName);
-//   - writeguard.method: the driver method called (insertOne,
-//     insertMany, bulkWrite);
+//     known), db.collection.name, db.operation.name: the server command
+//     (see above; for BulkWrite "insert", "update" or "delete" when the
+//     caller of the hooks sets hooks.Operation.Command, BATCH-prefixed
+//     for two or more models, "bulkWrite" for mixed commands);
+//   - db.operation.summary: the span's name (the drivers' specification);
+//   - writeguard.method: the guarded method called (insertOne,
+//     insertMany, bulkWrite, updateOne, ..., findOneAndDelete);
 //   - db.operation.batch.size, only for a bulkWrite of 2 or more models;
 //   - server.address and server.port, only with WithServerAddress;
 //   - writeguard.attempts (driver calls made), writeguard.retries (those
@@ -95,7 +156,9 @@
 //     attribute per disposition present, writeguard.dispositions.<name>
 //     (writeguard.dispositions.written = 998,
 //     writeguard.dispositions.dead_lettered = 2);
-//   - writeguard.in_transaction = true for a call inside a transaction.
+//   - writeguard.no_match = true for a write that matched nothing;
+//   - writeguard.in_transaction = true for a call inside a transaction;
+//   - writeguard.replay = true for a replay's write (NewReplayHooks).
 //
 // Only a call that failed as a whole — its error is not nil and
 // writeguard.Handled(err) (hooks.Handled) is false — gets status Error, error.type and,
@@ -119,7 +182,7 @@
 //
 // Attempt span, a child of the operation span per driver call, from
 // AttemptStarted to AttemptFinished: named "<operation span name>
-// attempt" ("insert orders attempt"; the attempt number is an
+// attempt" ("insertMany shop.orders attempt"; the attempt number is an
 // attribute, to keep span names low-cardinality), kind internal, with
 // writeguard.attempt (from 1), writeguard.documents (documents or models
 // sent) and writeguard.backoff (the backoff waited before it, in seconds,
@@ -165,8 +228,9 @@
 //   - writeguard.call.inputs (counter, {input}): input documents or write
 //     models by terminal disposition, with writeguard.disposition and,
 //     for an input that failed, writeguard.class and
-//     db.response.status_code. Recorded when the call ends. Calls inside
-//     a transaction have no dispositions.
+//     db.response.status_code; writeguard.no_match = true for a write
+//     that matched nothing. Recorded when the call ends. Calls inside a
+//     transaction have no dispositions.
 //   - writeguard.call.attempts (histogram, {attempt}; buckets 1, 2, 3, 4,
 //     5, 7, 10, 20, 50): driver calls per guarded call.
 //   - writeguard.input.attempts (histogram, {attempt}; the same buckets):
@@ -191,12 +255,29 @@
 // db.collection.name of the dead-letter collection:
 //
 //   - writeguard.dlq.envelopes (gauge, {envelope}) by
-//     writeguard.envelope.status;
-//   - writeguard.dlq.pending (gauge, {envelope}) by
-//     writeguard.failing_keyword;
+//     writeguard.envelope.status (pending, replayed, discarded,
+//     quarantined, other): the number of envelopes;
+//   - writeguard.dlq.failing_keywords (gauge, {keyword}) by
+//     writeguard.failing_keyword: the failing keywords of the pending
+//     envelopes. An envelope with two keywords counts under each: the sum
+//     over keywords is keywords, not envelopes (109 pending envelopes
+//     may carry 110 keywords); count envelopes with
+//     writeguard.dlq.envelopes{writeguard.envelope.status="pending"};
 //   - writeguard.dlq.oldest_pending.age (gauge, s);
 //   - writeguard.replay.envelopes (counter, {envelope}) by
 //     writeguard.replay.outcome.
+//
+// The label values ObserveDLQ reads from the collection are bounded (the
+// collection is writable by whoever writes the application's data):
+// statuses outside envelope.Statuses and keywords beyond the
+// WithMaxKeywords most frequent, or that do not look like keyword names,
+// are "other".
+//
+// A replay's writes (NewReplayHooks) are counted in
+// writeguard.replay.inputs (counter, {input}) by writeguard.disposition,
+// never in writeguard.call.inputs or any other instrument above: a row a
+// replay sends and the validator rejects again is the replay's
+// still_invalid, not a failed input of the application.
 //
 // Through the OpenTelemetry Prometheus exporter these become
 // writeguard_call_inputs_total, writeguard_call_duration_seconds,
@@ -204,10 +285,27 @@
 // writeguard_retry_delay_seconds,
 // writeguard_unclassified_total, writeguard_budget_exhausted_total,
 // writeguard_dead_letter_flood_total, writeguard_dlq_envelopes,
-// writeguard_dlq_pending, writeguard_dlq_oldest_pending_age_seconds and
-// writeguard_replay_envelopes_total (dots to underscores, _total on
-// counters, _seconds for unit s, nothing for a unit in braces);
-// deploy/prometheus/alerts.yml alerts on them.
+// writeguard_dlq_failing_keywords, writeguard_dlq_oldest_pending_age_seconds,
+// writeguard_replay_envelopes_total and writeguard_replay_inputs_total
+// (dots to underscores, _total on counters, _seconds for unit s, nothing
+// for a unit in braces); deploy/prometheus/alerts.yml alerts on them.
+//
+// # Exemplars
+//
+// The synchronous instruments (every one above but the dlq gauges) are
+// recorded with the call's context, which holds its operation span, so
+// the OpenTelemetry SDK attaches exemplars to them by default: with the
+// SDK's default exemplar filter, trace_based (sdkmetric.WithExemplarFilter,
+// or OTEL_METRICS_EXEMPLAR_FILTER = always_on, always_off,
+// trace_based), a measurement made while a sampled span is current keeps
+// its value, time, trace id and span id as an exemplar (a histogram keeps
+// one per bucket, a counter up to one per CPU). They lead from a point of
+// writeguard.call.duration or writeguard.call.inputs to the trace of a
+// call that made it. An exemplar carries nothing the point and the span
+// do not (no document value). otelhook sets no filter of its own: pass
+// sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter) to the meter
+// provider to drop them. OTLP exports them; the Prometheus exporter
+// serves them only in the OpenMetrics format.
 //
 // Attribute values come from bounded sets: names, codes, classes,
 // dispositions. No document _id or other per-document value is recorded.

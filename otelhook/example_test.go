@@ -72,11 +72,11 @@ func ExampleNew() {
 	printTree(&out)
 	// Output:
 	// handled: true
-	// insert orders db.operation.name=insert writeguard.method=insertMany writeguard.attempts=2 writeguard.retries=1 writeguard.dead_lettered=2 writeguard.conflicts=0 writeguard.dispositions.dead_lettered=2 writeguard.dispositions.written=3
+	// insertMany shop.orders db.operation.name=insert writeguard.method=insertMany db.operation.summary=insertMany shop.orders writeguard.attempts=2 writeguard.retries=1 writeguard.dead_lettered=2 writeguard.conflicts=0 writeguard.dispositions.dead_lettered=2 writeguard.dispositions.written=3
 	//   event writeguard.retry writeguard.attempt=2 writeguard.backoff=0.05 writeguard.documents=5 writeguard.class=transient db.response.status_code=189
-	//   insert orders attempt writeguard.attempt=1 writeguard.documents=5 writeguard.backoff=0 db.response.status_code=189 writeguard.class=transient writeguard.failures=1 error.type=189 status=Error "attempt failed: transient failure, code 189"
-	//   insert orders attempt writeguard.attempt=2 writeguard.documents=5 writeguard.backoff=0.05 db.response.status_code=121 writeguard.class=invalid writeguard.failures=2
-	//   insert orders dead_letter writeguard.envelopes=2 writeguard.attempt=1 writeguard.fallback=false
+	//   insertMany shop.orders attempt writeguard.attempt=1 writeguard.documents=5 writeguard.backoff=0 db.response.status_code=189 writeguard.class=transient writeguard.failures=1 error.type=189 status=Error "attempt failed: transient failure, code 189"
+	//   insertMany shop.orders attempt writeguard.attempt=2 writeguard.documents=5 writeguard.backoff=0.05 db.response.status_code=121 writeguard.class=invalid writeguard.failures=2
+	//   insertMany shop.orders dead_letter writeguard.envelopes=2 writeguard.attempt=1 writeguard.fallback=false
 }
 
 // exportedSpan is the part of stdouttrace's JSON the tree shows.

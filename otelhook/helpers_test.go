@@ -338,27 +338,53 @@ func (hx *harness) dump(t *testing.T) string {
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			fmt.Fprintf(&b, "metric %s %s %s\n", m.Name, m.Unit, m.Description)
-			var sets []attribute.Set
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, dp := range d.DataPoints {
-					sets = append(sets, dp.Attributes)
-				}
-			case metricdata.Histogram[int64]:
-				for _, dp := range d.DataPoints {
-					sets = append(sets, dp.Attributes)
-				}
-			case metricdata.Histogram[float64]:
-				for _, dp := range d.DataPoints {
-					sets = append(sets, dp.Attributes)
-				}
-			default:
-				t.Fatalf("metric %s: unexpected data %T", m.Name, d)
-			}
-			for _, s := range sets {
+			for _, s := range pointSets(t, m) {
 				fmt.Fprintf(&b, "  point %s\n", s.Encoded(attribute.DefaultEncoder()))
 			}
 		}
 	}
 	return b.String()
+}
+
+// pointSets returns the attribute sets of m's points.
+func pointSets(t *testing.T, m metricdata.Metrics) []attribute.Set {
+	t.Helper()
+	var sets []attribute.Set
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		for _, dp := range d.DataPoints {
+			sets = append(sets, dp.Attributes)
+		}
+	case metricdata.Histogram[int64]:
+		for _, dp := range d.DataPoints {
+			sets = append(sets, dp.Attributes)
+		}
+	case metricdata.Histogram[float64]:
+		for _, dp := range d.DataPoints {
+			sets = append(sets, dp.Attributes)
+		}
+	default:
+		t.Fatalf("metric %s: unexpected data %T", m.Name, d)
+	}
+	return sets
+}
+
+// pointAttr returns attribute key of the one point instrument has in m
+// ("" when the point has no such attribute); it fails the test when the
+// instrument has not exactly one point.
+func pointAttr(t *testing.T, m metricdata.ResourceMetrics, instrument, key string) string {
+	t.Helper()
+	var sets []attribute.Set
+	for _, sm := range m.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			if mt.Name == instrument {
+				sets = append(sets, pointSets(t, mt)...)
+			}
+		}
+	}
+	if len(sets) != 1 {
+		t.Fatalf("%s: %d points, want 1", instrument, len(sets))
+	}
+	v, _ := sets[0].Value(attribute.Key(key))
+	return v.Emit()
 }

@@ -49,10 +49,13 @@ const (
 	// MetricDLQEnvelopes is the number of envelopes in a dead-letter
 	// collection by status (gauge, unit "{envelope}"; ObserveDLQ).
 	MetricDLQEnvelopes = "writeguard.dlq.envelopes"
-	// MetricDLQPendingKeyword is the number of pending envelopes in a
-	// dead-letter collection by failing keyword (gauge, unit
-	// "{envelope}"; ObserveDLQ).
-	MetricDLQPendingKeyword = "writeguard.dlq.pending"
+	// MetricDLQFailingKeywords is the number of failing keywords of the
+	// pending envelopes of a dead-letter collection, by keyword (gauge,
+	// unit "{keyword}"; ObserveDLQ). An envelope with two failing keywords
+	// counts once under each, so its sum over keywords counts keywords,
+	// not envelopes: the pending envelopes are MetricDLQEnvelopes with
+	// writeguard.envelope.status "pending".
+	MetricDLQFailingKeywords = "writeguard.dlq.failing_keywords"
 	// MetricDLQOldestPendingAge is the age of the oldest pending envelope
 	// of a dead-letter collection, in seconds (gauge, unit "s";
 	// ObserveDLQ).
@@ -60,12 +63,19 @@ const (
 	// MetricReplayEnvelopes counts envelopes a replay run tried, by
 	// outcome (counter, unit "{envelope}"; ReplayRecorder).
 	MetricReplayEnvelopes = "writeguard.replay.envelopes"
+	// MetricReplayInputs counts the inputs of a replay's guarded writes
+	// by terminal disposition (counter, unit "{input}"; the hooks of
+	// NewReplayHooks), the replay's own count where the application's
+	// writes are counted in MetricCallInputs.
+	MetricReplayInputs = "writeguard.replay.inputs"
 )
 
 // writeguard attribute keys.
 const (
-	// keyMethod is the driver method called: insertOne, insertMany,
-	// bulkWrite (db.operation.name holds the server command).
+	// keyMethod is the guarded method called, as the driver's CRUD API
+	// names it (hooks.Operation.Name: insertOne, insertMany, bulkWrite,
+	// updateOne, ..., findOneAndDelete); db.operation.name holds the
+	// server command.
 	keyMethod      = attribute.Key("writeguard.method")
 	keyDisposition = attribute.Key("writeguard.disposition")
 	// prefixDispositions prefixes the per-disposition counts of a batch's
@@ -96,7 +106,22 @@ const (
 	keyEnvelopeStatus = attribute.Key("writeguard.envelope.status")
 	keyFailingKeyword = attribute.Key("writeguard.failing_keyword")
 	keyReplayOutcome  = attribute.Key("writeguard.replay.outcome")
+	// keyNoMatch is true on the operation span and the
+	// writeguard.call.inputs points of a write that succeeded and matched
+	// no document (hooks.OperationEnd.MatchedNothing).
+	keyNoMatch = attribute.Key("writeguard.no_match")
+	// keyReplay is true on the operation span of a replay's write
+	// (NewReplayHooks).
+	keyReplay = attribute.Key("writeguard.replay")
 )
+
+// The MongoDB drivers' OpenTelemetry specification's attribute
+// (mongodb/specifications, source/open-telemetry/open-telemetry.md,
+// "Operation Span Attributes"), with its meaning there: equal to the
+// operation span's name. The semantic conventions (1.43) have no such
+// key; their db.query.summary summarises a query, which writeguard does
+// not see.
+const keyDBOperationSummary = attribute.Key("db.operation.summary")
 
 // Semantic-conventions attribute keys otelhook sets, with their
 // semantic-conventions meaning.
@@ -104,7 +129,7 @@ const (
 	keyDBSystemName     = semconv.DBSystemNameKey         // "mongodb"
 	keyDBNamespace      = semconv.DBNamespaceKey          // the database name
 	keyDBCollectionName = semconv.DBCollectionNameKey     // the collection name
-	keyDBOperationName  = semconv.DBOperationNameKey      // the server command: insert, update, delete
+	keyDBOperationName  = semconv.DBOperationNameKey      // the server command (insert, update, delete, findAndModify), BATCH-prefixed for a batch
 	keyDBBatchSize      = semconv.DBOperationBatchSizeKey // inputs of a call with 2 or more
 	keyDBStatusCode     = semconv.DBResponseStatusCodeKey // the server error code, as a string
 	keyErrorType        = semconv.ErrorTypeKey            // the failure's code, class, or _OTHER
@@ -134,8 +159,15 @@ func Instruments() []string {
 
 // BacklogInstruments lists the name of every instrument of the dead-letter
 // backlog: ObserveDLQ's gauges and ReplayRecorder's counter.
+// (NewReplayHooks's counter is ReplayInstruments'.)
 func BacklogInstruments() []string {
-	return []string{MetricDLQEnvelopes, MetricDLQPendingKeyword, MetricDLQOldestPendingAge, MetricReplayEnvelopes}
+	return []string{MetricDLQEnvelopes, MetricDLQFailingKeywords, MetricDLQOldestPendingAge, MetricReplayEnvelopes}
+}
+
+// ReplayInstruments lists the name of every instrument the hooks
+// NewReplayHooks returns create.
+func ReplayInstruments() []string {
+	return []string{MetricReplayInputs}
 }
 
 // AttributeKeys lists every attribute key otelhook sets on a span, a span
@@ -146,7 +178,8 @@ func AttributeKeys() []string {
 		keyMethod, keyDisposition, keyAttempts, keyRetries, keyDeadLettered, keyConflicts,
 		keyInTransaction, keyAttempt, keyDocuments, keyBackoff, keyClass, keyFailures,
 		keyEnvelopes, keyFallback, keyFlood, keyFloodShare, keyEnvelopeStatus, keyFailingKeyword, keyReplayOutcome,
-		keyDBSystemName, keyDBNamespace, keyDBCollectionName, keyDBOperationName, keyDBBatchSize,
+		keyNoMatch, keyReplay,
+		keyDBSystemName, keyDBNamespace, keyDBCollectionName, keyDBOperationName, keyDBOperationSummary, keyDBBatchSize,
 		keyDBStatusCode, keyErrorType, keyServerAddress, keyServerPort,
 	}
 	out := make([]string, 0, len(keys)+1)

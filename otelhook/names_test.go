@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -29,6 +30,7 @@ const (
 	srcSemconvOld   = "OpenTelemetry semantic conventions before 1.26 (db.* renamed since), still emitted by older instrumentations"
 	srcOtelmongo    = "otelmongo (go.opentelemetry.io/contrib/instrumentation/go.mongodb.org/mongo-driver/v2/mongo/otelmongo), mongo.go: one client span per driver command"
 	srcOtelmongoMet = "otelmongo v2, metrics_test.go: db.client.operation.duration per driver command"
+	srcDriversSpec  = "MongoDB drivers' OpenTelemetry specification (mongodb/specifications source/open-telemetry/open-telemetry.md), operation span attributes"
 )
 
 // foreignInstruments are metric names of the semantic conventions' database
@@ -58,6 +60,7 @@ var foreignAttributes = []foreignName{
 	{"db.operation.batch.size", "operations in a batch", srcSemconv},
 	{"db.query.text", "the command's text", srcSemconv + "; " + srcOtelmongo},
 	{"db.query.summary", "a low-cardinality summary of the query", srcSemconv},
+	{"db.operation.summary", "the operation span's name", srcDriversSpec},
 	{"db.response.status_code", "the server's error code, as a string", srcSemconv},
 	{"db.response.returned_rows", "rows returned", srcSemconv},
 	{"db.stored_procedure.name", "a stored procedure", srcSemconv},
@@ -77,11 +80,12 @@ var foreignAttributes = []foreignName{
 }
 
 // sameMeaning are the foreign attribute keys otelhook sets on purpose, with
-// the semantic conventions' meaning (checked below by value).
+// the semantic conventions' meaning, or for db.operation.summary the
+// MongoDB drivers' specification's (checked below by value).
 var sameMeaning = []string{
 	"db.system.name", "db.namespace", "db.collection.name", "db.operation.name",
 	"db.operation.batch.size", "db.response.status_code", "error.type",
-	"server.address", "server.port",
+	"server.address", "server.port", "db.operation.summary",
 }
 
 // emitted drives otelhook through every kind of step — a clean write, a
@@ -111,6 +115,16 @@ func emitted(t *testing.T) (instruments map[string]bool, spans, events map[strin
 	g = hx.guard(t, mocks.NewFake("shop.orders").Script(mocks.Reply(stepdown), mocks.Reply(stepdown), mocks.Reply(stepdown)),
 		writeguard.WithBudget(budget))
 	_, _ = g.InsertOne(ctx, bson.D{{Key: "qty", Value: 1}})
+	// A batch (BATCH insert) and a write that matched nothing
+	// (writeguard.no_match).
+	g = hx.guard(t, mocks.NewFake("shop.orders"))
+	if _, err := g.BulkWrite(ctx, []mongo.WriteModel{mongo.NewInsertOneModel().SetDocument(bson.D{{Key: "qty", Value: 1}}),
+		mongo.NewInsertOneModel().SetDocument(bson.D{{Key: "qty", Value: 2}})}); err != nil {
+		t.Fatalf("BulkWrite: %v", err)
+	}
+	if _, err := g.UpdateOne(ctx, bson.D{{Key: "_id", Value: "none"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "qty", Value: 1}}}}); err != nil {
+		t.Fatalf("UpdateOne: %v", err)
+	}
 	// A flood: the breaker opens on the first call that dead-letters.
 	g = hx.guard(t, mocks.NewFake("shop.orders").Validator(requireQty),
 		writeguard.WithDeadLetterBreaker(writeguard.BreakerConfig{MinDocuments: 1}))
@@ -238,9 +252,12 @@ func TestNoForeignNameCollision(t *testing.T) {
 	// server command, never a driver method; error.type a code, a class or
 	// _OTHER; db.response.status_code a number.
 	for v := range attrs["db.operation.name"] {
-		if !slices.Contains([]string{"insert", "update", "delete", "bulkWrite"}, v) {
-			t.Errorf("db.operation.name = %q, not a MongoDB write command", v)
+		if !regexp.MustCompile(`^((BATCH )?(insert|update|delete)|findAndModify|bulkWrite)$`).MatchString(v) {
+			t.Errorf("db.operation.name = %q, not a MongoDB write command (BATCH-prefixed for a batch)", v)
 		}
+	}
+	if !attrs["db.operation.name"]["BATCH insert"] {
+		t.Errorf("db.operation.name values %v: the bulkWrite of inserts should be BATCH insert", attrs["db.operation.name"])
 	}
 	if !attrs["writeguard.method"]["insertOne"] || !attrs["writeguard.method"]["insertMany"] {
 		t.Errorf("writeguard.method values %v, want insertOne and insertMany", attrs["writeguard.method"])
@@ -260,15 +277,22 @@ func TestNoForeignNameCollision(t *testing.T) {
 		t.Errorf("error.type values %v: the scenarios should give a code, a class-less _OTHER and more", attrs["error.type"])
 	}
 
-	// Span names: the operation span is "<db.operation.name>
-	// <db.collection.name>" (semantic conventions 1.43, database spans,
-	// "Name"), its children that name plus " attempt" or " dead_letter";
-	// never the driver method (insertMany), never otelmongo's legacy
-	// "<collection>.<command>".
-	name := regexp.MustCompile(`^(insert|update|delete|bulkWrite) (orders|dlq)( attempt| dead_letter)?$`)
+	// Span names: the operation span is "<method> <db>.<collection>" (the
+	// drivers' specification's form, with the guarded method: see the
+	// package documentation), its children that name plus " attempt" or
+	// " dead_letter"; never a driver operation span's name, whose first
+	// word is a command (insert, update, delete, findAndModify), never
+	// otelmongo's legacy "<collection>.<command>". db.operation.summary
+	// is the operation span's name.
+	name := regexp.MustCompile(`^(insertOne|insertMany|bulkWrite|updateOne|updateByID|updateMany|replaceOne|deleteOne|deleteMany|findOneAndUpdate|findOneAndReplace|findOneAndDelete) shop\.(orders|dlq)( attempt| dead_letter)?$`)
 	for s := range spans {
 		if !name.MatchString(s) && s != "handle request" {
-			t.Errorf("span %q is not <db.operation.name> <db.collection.name>[ attempt| dead_letter]", s)
+			t.Errorf("span %q is not <method> <db>.<collection>[ attempt| dead_letter]", s)
+		}
+	}
+	for v := range attrs["db.operation.summary"] {
+		if !spans[v] || strings.HasSuffix(v, " attempt") || strings.HasSuffix(v, " dead_letter") {
+			t.Errorf("db.operation.summary = %q, not an operation span's name", v)
 		}
 	}
 }

@@ -3,14 +3,12 @@ package otelhook
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -31,20 +29,6 @@ const ScopeName = "github.com/writeguard/writeguard/otelhook"
 // meter otelhook uses.
 const Version = "0.1.0"
 
-// durationBuckets are the explicit bucket boundaries, in seconds, of
-// writeguard.call.duration: those the database semantic conventions give
-// for db.client.operation.duration, so the two compare bucket by bucket.
-var durationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
-
-// attemptBuckets are the bucket boundaries of writeguard.call.attempts: one
-// bucket per attempt up to the default maximum of 5, then coarser.
-var attemptBuckets = []float64{1, 2, 3, 4, 5, 7, 10, 20, 50}
-
-// retryDelayBuckets are the bucket boundaries, in seconds, of
-// writeguard.retry.delay: from the 5 ms of a first jittered backoff to
-// the 30 s a throttled server may ask for.
-var retryDelayBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
-
 // New returns hooks that record each guarded call as OpenTelemetry spans
 // and metrics (see the package documentation for their names and
 // attributes). Pass them to writeguard.WithHooks; one set of hooks may
@@ -53,7 +37,11 @@ var retryDelayBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 // New fails only when the meter refuses to create an instrument; it then
 // returns zero Hooks (which observe nothing) and the error.
 func New(opts ...Option) (hooks.Hooks, error) {
-	h, err := newHandler(newConfig(opts...))
+	return newHooks(newConfig(opts...))
+}
+
+func newHooks(c *config) (hooks.Hooks, error) {
+	h, err := newHandler(c)
 	if err != nil {
 		return hooks.Hooks{}, err
 	}
@@ -79,6 +67,12 @@ type handler struct {
 	logger *slog.Logger
 	server []attribute.KeyValue
 	limit  *loglimit.Limiter
+	replay bool // the hooks of a replay's writes (NewReplayHooks)
+
+	// seen holds the calls (by seriesKey) whose zero series exist
+	// (zeroSeries).
+	seenMu sync.Mutex
+	seen   map[seriesKey]struct{}
 
 	duration     metric.Float64Histogram
 	inputs       metric.Int64Counter
@@ -88,56 +82,6 @@ type handler struct {
 	budget       metric.Int64Counter
 	retryDelay   metric.Float64Histogram
 	flood        metric.Int64Counter
-}
-
-func newHandler(c *config) (*handler, error) {
-	h := &handler{
-		tracer: c.tracerProvider.Tracer(ScopeName,
-			trace.WithInstrumentationVersion(Version), trace.WithSchemaURL(semconv.SchemaURL)),
-		kind:   c.spanKind,
-		logger: c.logger,
-		server: c.server,
-		limit:  loglimit.New(time.Minute, c.now),
-	}
-	m := c.meterProvider.Meter(ScopeName,
-		metric.WithInstrumentationVersion(Version), metric.WithSchemaURL(semconv.SchemaURL))
-	var err, e error
-	h.duration, e = m.Float64Histogram(MetricCallDuration,
-		metric.WithDescription("Duration of guarded write calls, from the call to its return, retries and backoff waits included."),
-		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
-	err = errors.Join(err, e)
-	h.inputs, e = m.Int64Counter(MetricCallInputs,
-		metric.WithDescription("Input documents or write models by terminal disposition."),
-		metric.WithUnit("{input}"))
-	err = errors.Join(err, e)
-	h.attempts, e = m.Int64Histogram(MetricCallAttempts,
-		metric.WithDescription("Driver calls made per guarded write call."),
-		metric.WithUnit("{attempt}"), metric.WithExplicitBucketBoundaries(attemptBuckets...))
-	err = errors.Join(err, e)
-	h.inputTries, e = m.Int64Histogram(MetricInputAttempts,
-		metric.WithDescription("Times each input document or write model was sent (0 for one never sent)."),
-		metric.WithUnit("{attempt}"), metric.WithExplicitBucketBoundaries(attemptBuckets...))
-	err = errors.Join(err, e)
-	h.unclassified, e = m.Int64Counter(MetricUnclassified,
-		metric.WithDescription("Failures no classifier rule matched (never retried): documents, or calls inside a transaction."),
-		metric.WithUnit("{failure}"))
-	err = errors.Join(err, e)
-	h.budget, e = m.Int64Counter(MetricBudgetExhausted,
-		metric.WithDescription("Retries the retry budget refused."),
-		metric.WithUnit("{refusal}"))
-	err = errors.Join(err, e)
-	h.retryDelay, e = m.Float64Histogram(MetricRetryDelay,
-		metric.WithDescription("Backoff waits before retries, as scheduled (the server's delay for a throttled failure)."),
-		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(retryDelayBuckets...))
-	err = errors.Join(err, e)
-	h.flood, e = m.Int64Counter(MetricDeadLetterFlood,
-		metric.WithDescription("Calls reported not handled because they dead-lettered while the dead-letter flood breaker was open."),
-		metric.WithUnit("{call}"))
-	err = errors.Join(err, e)
-	if err != nil {
-		return nil, fmt.Errorf("otelhook: creating instruments: %w", err)
-	}
-	return h, nil
 }
 
 // Context keys of the per-call state. They hold the handler, so that two
@@ -154,6 +98,7 @@ type (
 // another on one goroutine; mu only guards against hooks that do not.
 type opState struct {
 	span  trace.Span
+	name  string               // the operation span's name (spanName)
 	attrs []attribute.KeyValue // metric attributes of the call
 
 	mu    sync.Mutex
@@ -192,14 +137,45 @@ func (h *handler) stepFrom(ctx context.Context, key any) *step {
 	return s
 }
 
-// spanName is "<db.operation.name> <db.collection.name>" ("insert
-// orders"), the database semantic conventions' span name for a call whose
-// target is a collection; "<db.operation.name>" without one.
+// spanName is "<method> <database>.<collection>" ("insertMany
+// shop.orders"): the MongoDB drivers' OpenTelemetry specification's form
+// ("Operation Span Name": the target as <db>.<collection>), with the
+// guarded method the caller called in place of the driver operation's
+// name, so that it never equals the name of a driver operation span
+// nested under it (see the package documentation). Without a database it
+// is "<method> <collection>", without either "<method>".
 func spanName(op *hooks.Operation) string {
-	if op.Collection == "" {
-		return op.CommandName()
+	target := op.Collection
+	switch {
+	case op.Database != "" && target != "":
+		target = op.Database + "." + target
+	case target == "":
+		target = op.Database
 	}
-	return op.CommandName() + " " + op.Collection
+	if target == "" {
+		return op.Name
+	}
+	return op.Name + " " + target
+}
+
+// operationName is db.operation.name: the server command the call sends
+// (hooks.Operation.CommandName: insert, update, delete, findAndModify);
+// for a batch (isBatch) of models that all send one command, that command
+// prefixed by "BATCH " ("BATCH update"), and for a batch that mixes
+// commands MongoDB's own term, "bulkWrite" (semantic conventions since
+// 1.28, db.operation.name: "For batch operations, if the individual
+// operations would all have the same db.operation.name when executed as
+// non-batch operations, then that operation name SHOULD be used prepended
+// by BATCH. Otherwise, db.operation.name SHOULD be BATCH or some other
+// database system specific term").
+func operationName(op *hooks.Operation) string {
+	switch {
+	case !isBatch(op):
+		return op.CommandName()
+	case op.Command != "":
+		return "BATCH " + op.Command
+	}
+	return op.Name
 }
 
 // isBatch reports whether op is a batch in the database semantic
@@ -220,7 +196,7 @@ func metricAttrs(op *hooks.Operation) []attribute.KeyValue {
 	if op.Collection != "" {
 		attrs = append(attrs, keyDBCollectionName.String(op.Collection))
 	}
-	return append(attrs, keyDBOperationName.String(op.CommandName()), keyMethod.String(op.Name))
+	return append(attrs, keyDBOperationName.String(operationName(op)), keyMethod.String(op.Name))
 }
 
 // with returns a new slice holding base then extra (metric options may
@@ -277,8 +253,10 @@ func traceIDs(ctx context.Context) (string, string) {
 }
 
 func (h *handler) operationStarted(ctx context.Context, op *hooks.Operation) context.Context {
-	attrs := make([]attribute.KeyValue, 0, 8)
+	name := spanName(op)
+	attrs := make([]attribute.KeyValue, 0, 10)
 	attrs = append(attrs, metricAttrs(op)...)
+	attrs = append(attrs, keyDBOperationSummary.String(name))
 	if isBatch(op) {
 		attrs = append(attrs, keyDBBatchSize.Int(op.BatchSize))
 	}
@@ -286,8 +264,53 @@ func (h *handler) operationStarted(ctx context.Context, op *hooks.Operation) con
 	if op.InTransaction {
 		attrs = append(attrs, keyInTransaction.Bool(true))
 	}
-	ctx, span := h.tracer.Start(ctx, spanName(op), trace.WithSpanKind(h.kind), trace.WithAttributes(attrs...))
-	return context.WithValue(ctx, opKey{h}, &opState{span: span, attrs: metricAttrs(op)})
+	if h.replay {
+		attrs = append(attrs, keyReplay.Bool(true))
+	}
+	ctx, span := h.tracer.Start(ctx, name, trace.WithSpanKind(h.kind), trace.WithAttributes(attrs...))
+	st := &opState{span: span, name: name, attrs: metricAttrs(op)}
+	h.zeroSeries(ctx, op, st.attrs)
+	return context.WithValue(ctx, opKey{h}, st)
+}
+
+// seriesKey identifies the metric attributes of a call (metricAttrs).
+type seriesKey struct {
+	db, coll, method, command string
+	batch                     bool
+}
+
+// zeroSeries creates, on the first call with attrs, the series of
+// writeguard.dead_letter.flood at 0: its labels are known when a call
+// starts, so a first flood after a scrape is an increase from 0 that
+// Prometheus's increase() sees (deploy/prometheus/alerts.yml, "First
+// occurrences"). The other counters carry a code or a disposition, known
+// only when the event comes.
+func (h *handler) zeroSeries(ctx context.Context, op *hooks.Operation, attrs []attribute.KeyValue) {
+	if h.replay {
+		return
+	}
+	k := seriesKey{op.Database, op.Collection, op.Name, op.Command, isBatch(op)}
+	h.seenMu.Lock()
+	_, ok := h.seen[k]
+	if !ok {
+		if h.seen == nil {
+			h.seen = map[seriesKey]struct{}{}
+		}
+		h.seen[k] = struct{}{}
+	}
+	h.seenMu.Unlock()
+	if !ok {
+		h.flood.Add(context.WithoutCancel(ctx), 0, metric.WithAttributes(with(attrs)...))
+	}
+}
+
+// stepName is the name of an attempt or dead-letter span: the operation
+// span's name and suffix.
+func stepName(st *opState, op *hooks.Operation, suffix string) string {
+	if st != nil {
+		return st.name + suffix
+	}
+	return spanName(op) + suffix
 }
 
 // startStep starts an attempt or dead-letter span as a child of the
@@ -303,7 +326,7 @@ func (h *handler) startStep(ctx context.Context, st *opState, name string, attrs
 
 func (h *handler) attemptStarted(ctx context.Context, ev *hooks.AttemptStart) context.Context {
 	st := h.opFrom(ctx)
-	span := h.startStep(ctx, st, spanName(ev.Op)+suffixAttempt,
+	span := h.startStep(ctx, st, stepName(st, ev.Op, suffixAttempt),
 		keyAttempt.Int(ev.Attempt),
 		keyDocuments.Int(ev.Documents),
 		keyBackoff.Float64(ev.Delay.Seconds()),
@@ -407,7 +430,7 @@ func (h *handler) budgetExhausted(ctx context.Context, ev *hooks.BudgetExhausted
 
 func (h *handler) deadLetterStarted(ctx context.Context, ev *hooks.DeadLetterStart) context.Context {
 	st := h.opFrom(ctx)
-	span := h.startStep(ctx, st, spanName(ev.Op)+suffixDeadLetter,
+	span := h.startStep(ctx, st, stepName(st, ev.Op, suffixDeadLetter),
 		keyEnvelopes.Int(ev.Envelopes),
 		keyAttempt.Int(ev.Attempt),
 		keyFallback.Bool(ev.Fallback),
@@ -479,58 +502,81 @@ func (h *handler) countUnclassified(ctx context.Context, op *hooks.Operation, c 
 	}
 }
 
-// operationFinished ends a call: its metrics (callMetrics), then its
-// span's figures and status (endCallSpan).
+// callEnd is what operationFinished reads from an OperationEnd once, for
+// the metrics and the operation span.
+type callEnd struct {
+	ev       *hooks.OperationEnd
+	base     []attribute.KeyValue // the call's metric attributes
+	disp     map[dispKey]int64    // dispositions seen (Disposition events)
+	tries    map[int]int64        // inputs per number of attempts
+	failed   bool                 // not handled: status Error
+	errAttrs []attribute.KeyValue // db.response.status_code, error.type when failed
+	share    float64              // the flood breaker window's share, when flooded
+	flooded  bool                 // dead-lettered while the flood breaker was open
+}
+
 func (h *handler) operationFinished(ctx context.Context, ev *hooks.OperationEnd) {
+	st := h.opFrom(ctx)
+	e := newCallEnd(st, ev)
+	if e.flooded {
+		h.recordFlood(ctx, e)
+	}
 	// ctx may be cancelled (a deadline during a backoff): the metrics get
 	// a context that is not, and span.End does not look at it.
-	mctx := context.WithoutCancel(ctx)
-	st := h.opFrom(ctx)
-	var base []attribute.KeyValue
-	var disp map[dispKey]int64
-	var tries map[int]int64
+	h.recordCall(context.WithoutCancel(ctx), e)
 	if st != nil {
-		base = st.attrs
-		st.mu.Lock()
-		disp, st.disp = st.disp, nil
-		tries, st.tries = st.tries, nil
-		st.mu.Unlock()
-	} else {
-		base = metricAttrs(ev.Op)
-	}
-	failed := !hooks.Handled(ev.Err)
-	var errAttrs []attribute.KeyValue
-	if failed {
-		errAttrs = append(code(ev.Code), callErrorType(ev))
-	}
-	share, flooded := floodShare(ev.Err)
-	if flooded {
-		h.flood.Add(mctx, 1, metric.WithAttributes(with(base)...))
-		if h.limit.Allow(floodKey) {
-			h.logger.LogAttrs(ctx, slog.LevelWarn, "otelhook: dead-letter flood breaker open; a call that dead-lettered is not handled",
-				slog.String("operation", ev.Op.Name), slog.String("collection", ev.Op.Collection),
-				slog.String("database", ev.Op.Database), slog.Float64("share", share))
-		}
-	}
-	h.callMetrics(mctx, ev, base, errAttrs, disp, tries)
-	if st != nil {
-		endCallSpan(st, ev, errAttrs, failed, flooded, share)
+		endOperationSpan(st, e)
 	}
 }
 
-// callMetrics records a finished call's duration and attempts, and its
-// inputs per disposition and per number of tries (disp and tries, taken
-// from the call's state).
-func (h *handler) callMetrics(mctx context.Context, ev *hooks.OperationEnd, base, errAttrs []attribute.KeyValue,
-	disp map[dispKey]int64, tries map[int]int64) {
-	h.duration.Record(mctx, ev.Duration.Seconds(), metric.WithAttributes(with(with(base, h.server...), errAttrs...)...))
-	h.attempts.Record(mctx, int64(ev.Attempts), metric.WithAttributes(with(base)...))
-	for k, n := range disp {
-		h.inputs.Add(mctx, n, metric.WithAttributes(dispAttrs(base, k)...))
+// newCallEnd takes the call's gathered counts out of st (nil when the
+// call had no OperationStarted of these hooks) and reads ev.
+func newCallEnd(st *opState, ev *hooks.OperationEnd) *callEnd {
+	e := &callEnd{ev: ev, failed: !hooks.Handled(ev.Err)}
+	if st != nil {
+		e.base = st.attrs
+		st.mu.Lock()
+		e.disp, st.disp = st.disp, nil
+		e.tries, st.tries = st.tries, nil
+		st.mu.Unlock()
+	} else {
+		e.base = metricAttrs(ev.Op)
 	}
-	if len(tries) > 0 {
-		opt := metric.WithAttributes(with(base)...)
-		for a, n := range tries {
+	if e.failed {
+		e.errAttrs = append(code(ev.Code), callErrorType(ev))
+	}
+	e.share, e.flooded = floodShare(ev.Err)
+	return e
+}
+
+// recordFlood counts a call that dead-lettered while the flood breaker
+// was open, and logs it at most once a minute.
+func (h *handler) recordFlood(ctx context.Context, e *callEnd) {
+	h.flood.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(with(e.base)...))
+	if h.limit.Allow(floodKey) {
+		op := e.ev.Op
+		h.logger.LogAttrs(ctx, slog.LevelWarn, "otelhook: dead-letter flood breaker open; a call that dead-lettered is not handled",
+			slog.String("operation", op.Name), slog.String("collection", op.Collection),
+			slog.String("database", op.Database), slog.Float64("share", e.share))
+	}
+}
+
+// recordCall records the call's metrics: its duration and attempts, its
+// inputs by disposition (writeguard.no_match on those of a write that
+// matched nothing) and the attempts of each input.
+func (h *handler) recordCall(mctx context.Context, e *callEnd) {
+	h.duration.Record(mctx, e.ev.Duration.Seconds(), metric.WithAttributes(with(with(e.base, h.server...), e.errAttrs...)...))
+	h.attempts.Record(mctx, int64(e.ev.Attempts), metric.WithAttributes(with(e.base)...))
+	for k, n := range e.disp {
+		attrs := dispAttrs(e.base, k)
+		if e.ev.MatchedNothing {
+			attrs = append(attrs, keyNoMatch.Bool(true))
+		}
+		h.inputs.Add(mctx, n, metric.WithAttributes(attrs...))
+	}
+	if len(e.tries) > 0 {
+		opt := metric.WithAttributes(with(e.base)...)
+		for a, n := range e.tries {
 			for range n {
 				h.inputTries.Record(mctx, int64(a), opt)
 			}
@@ -538,11 +584,10 @@ func (h *handler) callMetrics(mctx context.Context, ev *hooks.OperationEnd, base
 	}
 }
 
-// endCallSpan sets a finished call's figures on its span (attempts,
-// retries, dead-lettered and conflicts, the disposition or the count of
-// each, the error attributes, the flood), its status when the call is
-// not handled, and ends it.
-func endCallSpan(st *opState, ev *hooks.OperationEnd, errAttrs []attribute.KeyValue, failed, flooded bool, share float64) {
+// endOperationSpan sets the operation span's closing attributes and
+// status, and ends it.
+func endOperationSpan(st *opState, e *callEnd) {
+	ev := e.ev
 	names := make([]string, 0, len(ev.Counts))
 	conflicts := 0
 	for d, n := range ev.Counts {
@@ -552,7 +597,7 @@ func endCallSpan(st *opState, ev *hooks.OperationEnd, errAttrs []attribute.KeyVa
 		}
 	}
 	sort.Strings(names)
-	attrs := make([]attribute.KeyValue, 0, 6+len(names)+len(errAttrs))
+	attrs := make([]attribute.KeyValue, 0, 8+len(names)+len(e.errAttrs))
 	attrs = append(attrs, keyAttempts.Int(ev.Attempts), keyRetries.Int(ev.Retries))
 	if !ev.Op.InTransaction {
 		attrs = append(attrs, keyDeadLettered.Int(ev.Counts[policy.DeadLettered]), keyConflicts.Int(conflicts))
@@ -564,12 +609,15 @@ func endCallSpan(st *opState, ev *hooks.OperationEnd, errAttrs []attribute.KeyVa
 			attrs = append(attrs, attribute.Int(prefixDispositions+d, ev.Counts[policy.Disposition(d)]))
 		}
 	}
-	attrs = append(attrs, errAttrs...)
-	if flooded {
-		attrs = append(attrs, keyFlood.Bool(true), keyFloodShare.Float64(share))
+	attrs = append(attrs, e.errAttrs...)
+	if ev.MatchedNothing {
+		attrs = append(attrs, keyNoMatch.Bool(true))
+	}
+	if e.flooded {
+		attrs = append(attrs, keyFlood.Bool(true), keyFloodShare.Float64(e.share))
 	}
 	st.span.SetAttributes(attrs...)
-	if failed {
+	if e.failed {
 		st.span.SetStatus(codes.Error, unhandledText(ev, names))
 	}
 	st.span.End()

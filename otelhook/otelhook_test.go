@@ -48,7 +48,7 @@ func TestCleanInsert(t *testing.T) {
 	}
 	parent.End()
 
-	op := hx.one(t, "insert orders")
+	op := hx.one(t, "insertOne shop.orders")
 	if op.SpanKind() != trace.SpanKindClient {
 		t.Errorf("operation span kind %v, want client", op.SpanKind())
 	}
@@ -82,7 +82,7 @@ func TestCleanInsert(t *testing.T) {
 		t.Errorf("operation span has events %v", op.Events())
 	}
 
-	at := hx.one(t, "insert orders attempt")
+	at := hx.one(t, "insertOne shop.orders attempt")
 	childOf(t, at, op)
 	if at.SpanKind() != trace.SpanKindInternal {
 		t.Errorf("attempt span kind %v, want internal", at.SpanKind())
@@ -114,7 +114,7 @@ func TestRetriedInsert(t *testing.T) {
 	}
 	wantS := strconv.FormatFloat(sleeps[0].Seconds(), 'g', -1, 64)
 
-	op := hx.one(t, "insert orders")
+	op := hx.one(t, "insertOne shop.orders")
 	checkAttrs(t, "operation span", op.Attributes(), map[string]string{
 		"writeguard.attempts":    "2",
 		"writeguard.retries":     "1",
@@ -136,7 +136,7 @@ func TestRetriedInsert(t *testing.T) {
 		"db.response.status_code": "189",
 	})
 
-	ats := hx.ended("insert orders attempt")
+	ats := hx.ended("insertOne shop.orders attempt")
 	if len(ats) != 2 {
 		t.Fatalf("%d attempt spans, want 2", len(ats))
 	}
@@ -191,7 +191,7 @@ func TestMixedBatch(t *testing.T) {
 		if !errors.Is(err, writeguard.ErrConflict) || writeguard.Handled(err) {
 			t.Fatalf("err = %v, want an unhandled conflict", err)
 		}
-		op := hx.one(t, "insert orders")
+		op := hx.one(t, "insertMany shop.orders")
 		checkAttrs(t, "operation span", op.Attributes(), map[string]string{
 			"db.operation.batch.size":               absent, // one insert command: not a batch of operations
 			"writeguard.dispositions.written":       "2",
@@ -208,7 +208,7 @@ func TestMixedBatch(t *testing.T) {
 		if s := op.Status(); s.Code != codes.Error || s.Description != "unhandled: 1 conflict" {
 			t.Errorf("status %v %q, want Error \"unhandled: 1 conflict\"", s.Code, s.Description)
 		}
-		at := hx.one(t, "insert orders attempt")
+		at := hx.one(t, "insertMany shop.orders attempt")
 		childOf(t, at, op)
 		checkAttrs(t, "attempt span", at.Attributes(), map[string]string{
 			"writeguard.documents":    "4",
@@ -216,7 +216,7 @@ func TestMixedBatch(t *testing.T) {
 			"writeguard.class":        "invalid",
 			"db.response.status_code": "121",
 		})
-		dl := hx.one(t, "insert orders dead_letter")
+		dl := hx.one(t, "insertMany shop.orders dead_letter")
 		childOf(t, dl, op)
 		checkAttrs(t, "dead-letter span", dl.Attributes(), map[string]string{
 			"writeguard.envelopes": "1",
@@ -234,7 +234,7 @@ func TestMixedBatch(t *testing.T) {
 		if err == nil || !writeguard.Handled(err) {
 			t.Fatalf("err = %v, want a handled report", err)
 		}
-		op := hx.one(t, "insert orders")
+		op := hx.one(t, "insertMany shop.orders")
 		checkAttrs(t, "operation span", op.Attributes(), map[string]string{
 			"writeguard.dispositions.written":          "2",
 			"writeguard.dispositions.dead_lettered":    "1",
@@ -260,8 +260,8 @@ func TestDeadLetterOutage(t *testing.T) {
 		if !errors.Is(err, writeguard.ErrDeadLetterFailed) {
 			t.Fatalf("err = %v, want ErrDeadLetterFailed", err)
 		}
-		op := hx.one(t, "insert orders")
-		dls := hx.ended("insert orders dead_letter")
+		op := hx.one(t, "insertMany shop.orders")
+		dls := hx.ended("insertMany shop.orders dead_letter")
 		if len(dls) != 2 {
 			t.Fatalf("%d dead-letter spans, want 2 (sink, fallback)", len(dls))
 		}
@@ -306,7 +306,7 @@ func TestDeadLetterOutage(t *testing.T) {
 		if !writeguard.Handled(err) {
 			t.Fatalf("err = %v, want handled", err)
 		}
-		dls := hx.ended("insert orders dead_letter")
+		dls := hx.ended("insertMany shop.orders dead_letter")
 		if len(dls) != 2 {
 			t.Fatalf("%d dead-letter spans, want 2", len(dls))
 		}
@@ -314,7 +314,7 @@ func TestDeadLetterOutage(t *testing.T) {
 			t.Errorf("statuses %v, %v; want Error then unset", dls[0].Status().Code, dls[1].Status().Code)
 		}
 		checkAttrs(t, "second hand-off", dls[1].Attributes(), map[string]string{"writeguard.attempt": "2"})
-		if op := hx.one(t, "insert orders"); op.Status().Code != codes.Unset {
+		if op := hx.one(t, "insertMany shop.orders"); op.Status().Code != codes.Unset {
 			t.Errorf("operation status %v, want unset", op.Status().Code)
 		}
 	})
@@ -345,7 +345,7 @@ func TestContextCancelledMidBackoff(t *testing.T) {
 	if started, ended := len(hx.sr.Started()), len(hx.sr.Ended()); started != ended || ended != 2 {
 		t.Fatalf("%d spans started, %d ended; want 2 and 2", started, ended)
 	}
-	op := hx.one(t, "insert orders")
+	op := hx.one(t, "insertOne shop.orders")
 	// 189 is in the server's NotPrimaryError category: the insert may
 	// have been applied, and the cancelled context leaves no time to read
 	// it back: unknown.
@@ -406,7 +406,7 @@ func TestAttemptSpanParentsDriverSpans(t *testing.T) {
 	if !writeguard.Handled(err) {
 		t.Fatalf("err = %v, want handled", err)
 	}
-	ats := hx.ended("insert orders attempt")
+	ats := hx.ended("insertMany shop.orders attempt")
 	if len(ats) != 2 || len(spy.seen) != 2 {
 		t.Fatalf("%d attempt spans, %d driver calls; want 2 and 2", len(ats), len(spy.seen))
 	}
@@ -417,8 +417,8 @@ func TestAttemptSpanParentsDriverSpans(t *testing.T) {
 		}
 		childOf(t, drivers[i], ats[i])
 	}
-	op := hx.one(t, "insert orders")
-	dl := hx.one(t, "insert orders dead_letter")
+	op := hx.one(t, "insertMany shop.orders")
+	dl := hx.one(t, "insertMany shop.orders dead_letter")
 	if len(hx.sink.spans) != 1 || !hx.sink.spans[0].Equal(dl.SpanContext()) {
 		t.Errorf("sink.Put ran with %v, want the dead-letter span %s", hx.sink.spans, dl.SpanContext().SpanID())
 	}
@@ -497,7 +497,7 @@ func TestMetrics(t *testing.T) {
 		if !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "code=8000") || !strings.Contains(logs, "code_name=AtlasError") {
 			t.Errorf("log record lacks level, code or code name:\n%s", logs)
 		}
-		if op := hx.ended("insert orders"); len(op) != 2 || op[0].Status().Code != codes.Error {
+		if op := hx.ended("insertOne shop.orders"); len(op) != 2 || op[0].Status().Code != codes.Error {
 			t.Errorf("operation spans %v, want 2 with status Error", hx.names())
 		}
 	})
@@ -516,7 +516,7 @@ func TestMetrics(t *testing.T) {
 		if n := counterValue(t, rm, "writeguard.call.inputs", map[string]string{"writeguard.disposition": "unknown", "writeguard.class": "unknown"}); n != 1 {
 			t.Errorf("unknown/unknown = %d, want 1", n)
 		}
-		checkAttrs(t, "operation span", hx.one(t, "insert orders").Attributes(), map[string]string{
+		checkAttrs(t, "operation span", hx.one(t, "insertOne shop.orders").Attributes(), map[string]string{
 			"error.type": "_OTHER", "db.response.status_code": absent,
 		})
 	})
@@ -544,7 +544,7 @@ func TestMetrics(t *testing.T) {
 		if c := strings.Count(hx.logs.String(), "retry budget exhausted"); c != 1 {
 			t.Errorf("%d budget log records, want 1", c)
 		}
-		op := hx.one(t, "insert orders")
+		op := hx.one(t, "insertOne shop.orders")
 		var names []string
 		for _, ev := range op.Events() {
 			names = append(names, ev.Name)
@@ -575,7 +575,7 @@ func TestConcurrentCalls(t *testing.T) {
 	}
 	wg.Wait()
 	ops := map[trace.SpanID]sdktrace.ReadOnlySpan{}
-	for _, s := range hx.ended("insert orders") {
+	for _, s := range hx.ended("insertMany shop.orders") {
 		ops[s.SpanContext().SpanID()] = s
 	}
 	if len(ops) != calls {
@@ -585,7 +585,7 @@ func TestConcurrentCalls(t *testing.T) {
 		t.Errorf("%d spans started, %d ended", s, e)
 	}
 	perOp := map[trace.SpanID]int{}
-	for _, name := range []string{"insert orders attempt", "insert orders dead_letter"} {
+	for _, name := range []string{"insertMany shop.orders attempt", "insertMany shop.orders dead_letter"} {
 		for _, s := range hx.ended(name) {
 			op, ok := ops[s.Parent().SpanID()]
 			if !ok {
@@ -593,7 +593,7 @@ func TestConcurrentCalls(t *testing.T) {
 				continue
 			}
 			childOf(t, s, op)
-			if name == "insert orders attempt" {
+			if name == "insertMany shop.orders attempt" {
 				perOp[op.SpanContext().SpanID()]++
 			}
 		}
@@ -638,7 +638,7 @@ func TestInTransaction(t *testing.T) {
 	if s, e := len(hx.sr.Started()), len(hx.sr.Ended()); s != 2 || e != 2 {
 		t.Fatalf("%d spans started, %d ended; want 2 and 2 (operation and attempt)", s, e)
 	}
-	span := hx.one(t, "insert orders")
+	span := hx.one(t, "insertOne shop.orders")
 	checkAttrs(t, "operation span", span.Attributes(), map[string]string{
 		"writeguard.in_transaction": "true",
 		"writeguard.attempts":       "1",
@@ -713,8 +713,8 @@ func TestTwoInstances(t *testing.T) {
 			t.Errorf("%s: %d spans started, %d ended; want 3 and 3", name, s, e)
 			continue
 		}
-		op := hx.one(t, "insert orders")
-		for _, at := range hx.ended("insert orders attempt") {
+		op := hx.one(t, "insertOne shop.orders")
+		for _, at := range hx.ended("insertOne shop.orders attempt") {
 			childOf(t, at, op)
 		}
 	}
@@ -741,13 +741,13 @@ func TestGuardedSink(t *testing.T) {
 	if s, e := len(hx.sr.Started()), len(hx.sr.Ended()); s != 5 || e != 5 {
 		t.Fatalf("%d spans started, %d ended; want 5 and 5: %v", s, e, hx.names())
 	}
-	op := hx.one(t, "insert orders")
-	dl := hx.one(t, "insert orders dead_letter")
-	inner := hx.one(t, "insert dlq")
-	childOf(t, hx.one(t, "insert orders attempt"), op)
+	op := hx.one(t, "insertMany shop.orders")
+	dl := hx.one(t, "insertMany shop.orders dead_letter")
+	inner := hx.one(t, "insertMany shop.dlq")
+	childOf(t, hx.one(t, "insertMany shop.orders attempt"), op)
 	childOf(t, dl, op)
 	childOf(t, inner, dl)
-	childOf(t, hx.one(t, "insert dlq attempt"), inner)
+	childOf(t, hx.one(t, "insertMany shop.dlq attempt"), inner)
 	if dl.Status().Code != codes.Unset || inner.Status().Code != codes.Unset {
 		t.Errorf("statuses %v, %v; want unset", dl.Status().Code, inner.Status().Code)
 	}
@@ -763,7 +763,7 @@ func TestBulkWrite(t *testing.T) {
 	if _, err := g.BulkWrite(bg, models); err != nil {
 		t.Fatalf("BulkWrite: %v", err)
 	}
-	op := hx.one(t, "bulkWrite orders")
+	op := hx.one(t, "bulkWrite shop.orders")
 	checkAttrs(t, "operation span", op.Attributes(), map[string]string{
 		"db.operation.name":               "bulkWrite",
 		"writeguard.method":               "bulkWrite",
@@ -773,7 +773,7 @@ func TestBulkWrite(t *testing.T) {
 	})
 	// One driver call per server command (an insert, then an update):
 	// one attempt span each, both children of the operation.
-	attempts := hx.ended("bulkWrite orders attempt")
+	attempts := hx.ended("bulkWrite shop.orders attempt")
 	if len(attempts) != 2 {
 		t.Fatalf("%d attempt spans, want 2 (one per command); ended: %v", len(attempts), hx.names())
 	}
@@ -804,7 +804,7 @@ func TestErrorTypeFromTheCallError(t *testing.T) {
 		op := &hooks.Operation{Name: "insertOne", Collection: "orders", BatchSize: 1}
 		ctx := hx.hooks.OperationStarted(bg, op)
 		hx.hooks.OperationFinished(ctx, &hooks.OperationEnd{Op: op, Attempts: 1, Err: c.err, Code: 189, Class: policy.Transient})
-		checkAttrs(t, "operation span", hx.one(t, "insert orders").Attributes(), map[string]string{"error.type": c.want})
+		checkAttrs(t, "operation span", hx.one(t, "insertOne orders").Attributes(), map[string]string{"error.type": c.want})
 		if n, _ := histogram(t, hx.collect(t), "writeguard.call.duration", map[string]string{"error.type": c.want}); n != 1 {
 			t.Errorf("%v: duration recorded %d times with error.type %q, want 1", c.err, n, c.want)
 		}

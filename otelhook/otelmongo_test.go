@@ -122,8 +122,8 @@ func stepdownThroughDriver(t *testing.T, opts ...otelhook.Option) *harness {
 
 func TestDriverCommandSpansNestUnderAttempts(t *testing.T) {
 	hx := stepdownThroughDriver(t)
-	op := hx.one(t, "insert orders")
-	attempts := hx.ended("insert orders attempt")
+	op := hx.one(t, "insertMany shop.orders")
+	attempts := hx.ended("insertMany shop.orders attempt")
 	commands := hx.ended("orders.insert")
 	if len(attempts) != 2 || len(commands) != 2 {
 		t.Fatalf("%d attempt spans and %d insert command spans, want 2 and 2; spans: %v", len(attempts), len(commands), hx.names())
@@ -176,20 +176,20 @@ func TestBackendTree(t *testing.T) {
 		want    string
 		clients int
 	}{
-		{"default", nil, `insert orders [client] status=unset
+		{"default", nil, `insertMany shop.orders [client] status=unset
   .hello [client] status=unset
-  insert orders attempt [internal] status=error
+  insertMany shop.orders attempt [internal] status=error
     orders.insert [client] status=error
   .listCollections [client] status=unset
-  insert orders attempt [internal] status=unset
+  insertMany shop.orders attempt [internal] status=unset
     orders.insert [client] status=unset
 `, 5},
-		{"internal", []otelhook.Option{otelhook.WithSpanKind(trace.SpanKindInternal)}, `insert orders [internal] status=unset
+		{"internal", []otelhook.Option{otelhook.WithSpanKind(trace.SpanKindInternal)}, `insertMany shop.orders [internal] status=unset
   .hello [client] status=unset
-  insert orders attempt [internal] status=error
+  insertMany shop.orders attempt [internal] status=error
     orders.insert [client] status=error
   .listCollections [client] status=unset
-  insert orders attempt [internal] status=unset
+  insertMany shop.orders attempt [internal] status=unset
     orders.insert [client] status=unset
 `, 4},
 	} {
@@ -197,7 +197,7 @@ func TestBackendTree(t *testing.T) {
 			hx := stepdownThroughDriver(t, tc.opts...)
 			// The call's trace (the client's endSessions at Disconnect has
 			// its own).
-			op := hx.one(t, "insert orders")
+			op := hx.one(t, "insertMany shop.orders")
 			var spans []sdktrace.ReadOnlySpan
 			for _, s := range hx.sr.Ended() {
 				if s.SpanContext().TraceID() == op.SpanContext().TraceID() {

@@ -82,7 +82,7 @@ func TestNoDocumentValues(t *testing.T) {
 	}
 
 	dump := hx.dump(t)
-	if !strings.Contains(dump, "insert people") || !strings.Contains(dump, "writeguard.dispositions") {
+	if !strings.Contains(dump, "insertMany shop.people") || !strings.Contains(dump, "writeguard.dispositions") {
 		t.Fatalf("nothing recorded:\n%s", dump)
 	}
 	if strings.Contains(dump, "MARKER") {

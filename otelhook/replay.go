@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/writeguard/writeguard/hooks"
 )
 
 // ReplayRecorder counts what replay runs did with envelopes, in
@@ -67,4 +69,25 @@ func (r *ReplayRecorder) Record(ctx context.Context, dlq *mongo.Collection, coun
 	for _, k := range outcomes {
 		r.counter.Add(context.WithoutCancel(ctx), counts[k], metric.WithAttributes(with(base, keyReplayOutcome.String(k))...))
 	}
+}
+
+// NewReplayHooks returns hooks for the guarded collection a replay writes
+// through (the target of replay.Run). They trace its writes as New's
+// hooks do, with writeguard.replay = true on the operation span, and
+// record one metric: writeguard.replay.inputs (counter, {input}), the
+// replay's inputs by writeguard.disposition (with writeguard.class and
+// db.response.status_code for an input that failed, and the attributes
+// of New's metrics: db.namespace and db.collection.name of the target).
+// None of New's instruments is recorded: a row the replay sends and the
+// validator rejects again is the replay's outcome (still_invalid, in
+// ReplayRecorder's writeguard.replay.envelopes and in this counter), not
+// a failed input of the application, and the alerts on
+// writeguard.call.inputs never see it. Wrap the replay's target with
+// these hooks, never with the application's.
+//
+// It fails only when the meter refuses the instrument.
+func NewReplayHooks(opts ...Option) (hooks.Hooks, error) {
+	c := newConfig(opts...)
+	c.replay = true
+	return newHooks(c)
 }

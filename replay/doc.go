@@ -158,7 +158,10 @@
 // but the target computes the fingerprint with the replayed _id
 // (id_assigned false), so for envelopes whose _id writeguard had assigned
 // the target's sink makes a second envelope rather than counting an
-// attempt on the first.
+// attempt on the first. For telemetry, give the replay's Guarded the hooks
+// of otelhook.NewReplayHooks, not the application's: its writes are then
+// counted as the replay's (writeguard.replay.inputs), and a row rejected
+// again never counts as a failed input of the application.
 //
 // # What replay writes
 //

@@ -267,7 +267,9 @@ func (rr *replayRun) namespace(ctx context.Context, g deadletter.Group) (*replay
 		opts = append(opts, writeguard.WithClassifier(sqliteBusy))
 	}
 	if rr.tel.Enabled() {
-		h, err := otelhook.New(otelhook.WithTracerProvider(rr.tel.TracerProvider), otelhook.WithMeterProvider(rr.tel.MeterProvider))
+		// The replay's own hooks: its writes are counted in
+		// writeguard.replay.inputs, never as the application's inputs.
+		h, err := otelhook.NewReplayHooks(otelhook.WithTracerProvider(rr.tel.TracerProvider), otelhook.WithMeterProvider(rr.tel.MeterProvider))
 		if err != nil {
 			return nil, failure(rr.stderr, "dlq replay", err), nil
 		}

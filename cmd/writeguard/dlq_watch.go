@@ -18,8 +18,10 @@ const watchUsage = `Usage: writeguard dlq watch [flags]
 
 Reads the dead-letter collection every --interval and serves its backlog as
 metrics until interrupted: writeguard.dlq.envelopes (by status),
-writeguard.dlq.pending (pending envelopes by failing keyword) and
-writeguard.dlq.oldest_pending.age (seconds), through --metrics-addr
+writeguard.dlq.failing_keywords (the failing keywords of the pending
+envelopes, by keyword: an envelope counts once under each of its keywords,
+so do not sum it as envelopes) and writeguard.dlq.oldest_pending.age
+(seconds), through --metrics-addr
 (Prometheus) and/or OTLP (--otlp-endpoint or OTEL_EXPORTER_OTLP_*). Run one
 per dead-letter collection: the writers need none (otelhook.ObserveDLQ).
 
@@ -54,8 +56,8 @@ func dlqWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageError(stderr, name, "-interval %v: want ≥ 1s", interval)
 	case tf.check() != "":
 		return usageError(stderr, name, "%s", tf.check())
-	case tf.metricsAddr == "" && !tf.otlpOn():
-		return usageError(stderr, name, "nothing to serve: give -metrics-addr or -otlp-endpoint (or set OTEL_EXPORTER_OTLP_ENDPOINT)")
+	case !tf.exportsMetrics():
+		return usageError(stderr, name, "nothing to serve: give -metrics-addr or -otlp-endpoint (or set OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_METRICS_ENDPOINT; not OTEL_SDK_DISABLED=true)")
 	}
 	c, err := conn.Open(ctx, conn.Options{URI: uri, DataDir: dataDir})
 	if err != nil {

@@ -73,6 +73,7 @@ func main() {
 
 // run is the whole command, for tests: args without the program name.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	scrubOTelEnv() // OTEL_*_HEADERS and OTEL_*_ENDPOINT secrets, before any output
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage

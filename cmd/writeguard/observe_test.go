@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -45,8 +49,11 @@ func age(rm metricdata.ResourceMetrics) float64 {
 }
 
 // TestObserveDLQ drives otelhook.ObserveDLQ against the dead-letter
-// collection a demo left: every envelope status has a point (0 for those
-// absent), the pending envelopes by keyword cover the pending ones, the
+// collection a demo left, with two rows forged by a writer of the
+// collection (an unknown status; a pending row whose keyword is an e-mail
+// address): every envelope status has a point (0 for those absent), the
+// forged values count under "other" and never become label values, the
+// failing keywords of the pending envelopes cover them, the
 // oldest pending age grows between observations without a new read (it
 // is computed when observed), and Stop removes the gauges.
 func TestObserveDLQ(t *testing.T) {
@@ -69,8 +76,9 @@ func TestObserveDLQ(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(ctx) }()
 
-	obs, err := otelhook.ObserveDLQ(ctx, c.Client.Database(demo.DefaultDatabase).Collection(demo.DefaultDLQ),
-		otelhook.WithMeterProvider(mp), otelhook.WithPollInterval(time.Hour))
+	dlq := c.Client.Database(demo.DefaultDatabase).Collection(demo.DefaultDLQ)
+	forge(t, dlq)
+	obs, err := otelhook.ObserveDLQ(ctx, dlq, otelhook.WithMeterProvider(mp), otelhook.WithPollInterval(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,12 +92,21 @@ func TestObserveDLQ(t *testing.T) {
 			t.Errorf("no point for status %q: %v", s, statuses)
 		}
 	}
-	if statuses[envelope.StatusPending] != res.DLQ.Pending || statuses[envelope.StatusReplayed] != 0 {
-		t.Errorf("statuses %v, want %d pending", statuses, res.DLQ.Pending)
+	// The forged statuses count under "other", and nowhere else.
+	if statuses[envelope.StatusPending] != res.DLQ.Pending+1 || statuses[envelope.StatusReplayed] != 0 ||
+		statuses[otelhook.StatusOther] != 1 || len(statuses) != len(envelope.Statuses)+1 {
+		t.Errorf("statuses %v, want %d pending and 1 other", statuses, res.DLQ.Pending+1)
 	}
 	var byKeyword int64
-	for _, n := range gauges(rm, otelhook.MetricDLQPendingKeyword, "writeguard.failing_keyword") {
+	kw := gauges(rm, otelhook.MetricDLQFailingKeywords, "writeguard.failing_keyword")
+	for k, n := range kw {
 		byKeyword += n
+		if strings.Contains(k, "@") {
+			t.Errorf("a value stored in the collection became a label value: %q", k)
+		}
+	}
+	if kw[otelhook.StatusOther] != 1 {
+		t.Errorf("failing keywords %v, want the forged one under other", kw)
 	}
 	if byKeyword < res.DLQ.Pending {
 		t.Errorf("pending by keyword sums to %d, fewer than the %d pending envelopes", byKeyword, res.DLQ.Pending)
@@ -114,3 +131,32 @@ func TestObserveDLQ(t *testing.T) {
 }
 
 func attrKey(k string) attribute.Key { return attribute.Key(k) }
+
+// forge stores two rows in dlq as a writer of the collection could: copies
+// of an envelope, one with the status "hacked", one pending with the
+// failing keyword "carol@example.com".
+func forge(t *testing.T, dlq *mongo.Collection) {
+	t.Helper()
+	ctx := context.Background()
+	var env bson.M
+	if err := dlq.FindOne(ctx, bson.D{}).Decode(&env); err != nil {
+		t.Fatal(err)
+	}
+	for i, set := range []bson.M{
+		{"status": "hacked"},
+		{"status": envelope.StatusPending, "failing_keywords": bson.A{"carol@example.com"}},
+	} {
+		doc := bson.M{}
+		for k, v := range env {
+			doc[k] = v
+		}
+		doc["_id"] = bson.NewObjectID()
+		doc["fingerprint"] = fmt.Sprintf("forged-%d", i)
+		for k, v := range set {
+			doc[k] = v
+		}
+		if _, err := dlq.InsertOne(ctx, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

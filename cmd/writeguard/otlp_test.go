@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -31,6 +32,31 @@ type otlpReceiver struct {
 	mu      sync.Mutex
 	spans   []*tracepb.Span
 	metrics []*metricpb.Metric // in arrival order
+	// resources of the spans and of the metrics received, by the
+	// requests' order.
+	traceRes, metricRes []map[string]string
+	// headers of the requests received (first value of each).
+	headers map[string]string
+}
+
+// addTraces and addMetrics record a request's content (the caller holds
+// mu).
+func (r *otlpReceiver) addTraces(m *coltracepb.ExportTraceServiceRequest) {
+	for _, rs := range m.ResourceSpans {
+		r.traceRes = append(r.traceRes, attrs(rs.GetResource().GetAttributes()))
+		for _, ss := range rs.ScopeSpans {
+			r.spans = append(r.spans, ss.Spans...)
+		}
+	}
+}
+
+func (r *otlpReceiver) addMetrics(m *colmetricpb.ExportMetricsServiceRequest) {
+	for _, rm := range m.ResourceMetrics {
+		r.metricRes = append(r.metricRes, attrs(rm.GetResource().GetAttributes()))
+		for _, sm := range rm.ScopeMetrics {
+			r.metrics = append(r.metrics, sm.Metrics...)
+		}
+	}
 }
 
 func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -41,6 +67,12 @@ func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.headers == nil {
+		r.headers = map[string]string{}
+	}
+	for k := range req.Header {
+		r.headers[strings.ToLower(k)] = req.Header.Get(k)
+	}
 	switch req.URL.Path {
 	case "/v1/traces":
 		var m coltracepb.ExportTraceServiceRequest
@@ -48,11 +80,7 @@ func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		for _, rs := range m.ResourceSpans {
-			for _, ss := range rs.ScopeSpans {
-				r.spans = append(r.spans, ss.Spans...)
-			}
-		}
+		r.addTraces(&m)
 		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		_, _ = w.Write(out)
@@ -62,11 +90,7 @@ func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		for _, rm := range m.ResourceMetrics {
-			for _, sm := range rm.ScopeMetrics {
-				r.metrics = append(r.metrics, sm.Metrics...)
-			}
-		}
+		r.addMetrics(&m)
 		out, _ := proto.Marshal(&colmetricpb.ExportMetricsServiceResponse{})
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		_, _ = w.Write(out)
@@ -79,9 +103,12 @@ func attrs(kvs []*commonpb.KeyValue) map[string]string {
 	m := map[string]string{}
 	for _, kv := range kvs {
 		v := kv.Value
+		_, isBool := v.GetValue().(*commonpb.AnyValue_BoolValue)
 		switch {
 		case v.GetStringValue() != "":
 			m[kv.Key] = v.GetStringValue()
+		case isBool:
+			m[kv.Key] = fmt.Sprint(v.GetBoolValue())
 		default:
 			m[kv.Key] = fmt.Sprint(v.GetIntValue())
 		}
@@ -91,7 +118,8 @@ func attrs(kvs []*commonpb.KeyValue) map[string]string {
 
 // TestDemoOTLP: with OTEL_EXPORTER_OTLP_ENDPOINT set, the demo exports
 // its spans and metrics over OTLP/HTTP; the receiver decodes them and
-// finds one "insert orders" client span per InsertMany the demo made,
+// finds one "insertMany writeguard_demo.orders" client span per
+// InsertMany the demo made,
 // whose per-disposition attributes add up to the report, and a
 // writeguard.call.inputs counter (cumulative, last export) equal to the
 // report per disposition, and the dead-letter gauge equal to its DLQ.
@@ -117,7 +145,7 @@ func TestDemoOTLP(t *testing.T) {
 	ops := 0
 	spanCounts := map[string]int{}
 	for _, s := range rcv.spans {
-		if s.Name != "insert orders" {
+		if s.Name != "insertMany writeguard_demo.orders" {
 			continue
 		}
 		ops++
@@ -217,7 +245,7 @@ func TestDemoTrace(t *testing.T) {
 					if b, err := hex.DecodeString(s.SpanID); err != nil || len(b) != 8 {
 						t.Errorf("spanId %q is not 16 hex digits", s.SpanID)
 					}
-					if s.Name == "insert orders" && s.Kind != int(tracepb.Span_SPAN_KIND_CLIENT) {
+					if s.Name == "insertMany writeguard_demo.orders" && s.Kind != int(tracepb.Span_SPAN_KIND_CLIENT) {
 						t.Errorf("operation span kind %d, want %d (client)", s.Kind, tracepb.Span_SPAN_KIND_CLIENT)
 					}
 					names[s.Name]++
@@ -225,7 +253,7 @@ func TestDemoTrace(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"insert orders", "insert orders attempt", "insert orders dead_letter"} {
+	for _, want := range []string{"insertMany writeguard_demo.orders", "insertMany writeguard_demo.orders attempt", "insertMany writeguard_demo.orders dead_letter"} {
 		if names[want] == 0 {
 			t.Errorf("trace lacks %q; has %v", want, names)
 		}
@@ -236,9 +264,12 @@ func TestDemoTrace(t *testing.T) {
 }
 
 // TestDLQReplayOTLP: "dlq replay" with OTLP export counts its outcomes in
-// writeguard.replay.envelopes (equal to the run's JSON), traces the
-// replayed writes ("insert orders" spans), and ends with the backlog
-// gauges: no pending envelope left.
+// writeguard.replay.envelopes (equal to the run's JSON) and its writes in
+// writeguard.replay.inputs, never in the application's
+// writeguard.call.inputs; traces the replayed writes ("bulkWrite
+// writeguard_demo.orders" spans with writeguard.replay = true); and ends
+// with the backlog gauges: no pending envelope left, every failing
+// keyword at 0.
 func TestDLQReplayOTLP(t *testing.T) {
 	dir := t.TempDir()
 	code, out, errOut := runCmd(t, context.Background(), "demo", "--limit", "800", "--json", "--data-dir", dir)
@@ -264,8 +295,16 @@ func TestDLQReplayOTLP(t *testing.T) {
 	got := map[string]int64{}
 	pending := int64(-1)
 	var keywords map[string]int64
+	replayInputs := map[string]int64{}
 	for _, m := range rcv.metrics {
 		switch m.Name {
+		case "writeguard.call.inputs":
+			t.Errorf("the replay's writes were counted as the application's inputs: %v", m)
+		case "writeguard.replay.inputs":
+			replayInputs = map[string]int64{}
+			for _, dp := range m.GetSum().GetDataPoints() {
+				replayInputs[attrs(dp.Attributes)["writeguard.disposition"]] += dp.GetAsInt()
+			}
 		case "writeguard.replay.envelopes":
 			got = map[string]int64{} // cumulative: the last export counts
 			for _, dp := range m.GetSum().GetDataPoints() {
@@ -277,22 +316,26 @@ func TestDLQReplayOTLP(t *testing.T) {
 					pending = dp.GetAsInt()
 				}
 			}
-		case "writeguard.dlq.pending":
+		case "writeguard.dlq.failing_keywords":
 			keywords = map[string]int64{}
 			for _, dp := range m.GetGauge().GetDataPoints() {
 				keywords[attrs(dp.Attributes)["writeguard.failing_keyword"]] = dp.GetAsInt()
 			}
 		}
 	}
-	// The gauge of pending envelopes by keyword reads 0 for every keyword
-	// once the replay drained them (a keyword seen is kept, at 0).
+	// The failing keywords of the pending envelopes read 0 for every
+	// keyword once the replay drained them (a keyword gone since the last
+	// read reports 0 once).
 	if len(keywords) == 0 {
-		t.Error("no writeguard.dlq.pending points")
+		t.Error("no writeguard.dlq.failing_keywords points")
 	}
 	for k, n := range keywords {
 		if n != 0 {
-			t.Errorf("writeguard.dlq.pending{%s} = %d after the replay, want 0", k, n)
+			t.Errorf("writeguard.dlq.failing_keywords{%s} = %d after the replay, want 0", k, n)
 		}
+	}
+	if fmt.Sprint(replayInputs) != fmt.Sprint(map[string]int64{"written": int64(replayed)}) {
+		t.Errorf("writeguard.replay.inputs %v, want %d written", replayInputs, replayed)
 	}
 	want := map[string]int64{"replayed": int64(replayed), "still_invalid": 0, "conflict": 0, "failed": 0, "skipped": 0, "refused": 0, "held": 0}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -303,7 +346,7 @@ func TestDLQReplayOTLP(t *testing.T) {
 	}
 	spans := 0
 	for _, s := range rcv.spans {
-		if s.Name == "insert orders" {
+		if s.Name == "bulkWrite writeguard_demo.orders" && attrs(s.Attributes)["writeguard.replay"] == "true" {
 			spans++
 		}
 	}

@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/go-logr/stdr"
@@ -19,15 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/otlptranslator"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
@@ -42,14 +35,9 @@ type telemetryFlags struct {
 	linger      time.Duration // --linger: keep serving after the work
 }
 
-// otlpEnv are the standard variables that turn the OTLP exporters on
-// without --otlp-endpoint (OpenTelemetry SDK environment variables,
-// "OTLP Exporter").
-var otlpEnv = []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"}
-
 func addTelemetryFlags(fs *flag.FlagSet, tf *telemetryFlags, withTrace bool) {
 	fs.StringVar(&tf.metricsAddr, "metrics-addr", "", "serve the metrics in Prometheus text format on `HOST:PORT` (e.g. 127.0.0.1:9464), path /metrics, through the OpenTelemetry Prometheus exporter")
-	fs.StringVar(&tf.otlp, "otlp-endpoint", "", "export traces and metrics over OTLP/HTTP (protobuf) to `URL` (e.g. http://127.0.0.1:4318; /v1/traces and /v1/metrics are appended); without it the standard OTEL_EXPORTER_OTLP_* variables turn the export on and configure it")
+	fs.StringVar(&tf.otlp, "otlp-endpoint", "", "export traces and metrics over OTLP to `URL` (e.g. http://127.0.0.1:4318), over OTLP/HTTP (protobuf; /v1/traces and /v1/metrics are appended) unless OTEL_EXPORTER_OTLP_PROTOCOL is grpc (then the URL is the collector's gRPC address, e.g. http://127.0.0.1:4317); without it the standard OTEL_* variables turn the export on and configure it (see 'Telemetry' in the command's README)")
 	fs.DurationVar(&tf.linger, "linger", 0, "after the work, keep serving --metrics-addr for `DURATION` (or until interrupted), so that Prometheus can scrape the final figures")
 	if withTrace {
 		fs.StringVar(&tf.trace, "trace", "", "write the OpenTelemetry spans of every guarded call to `FILE` as OTLP JSON lines (one ExportTraceServiceRequest per line, the format of the OpenTelemetry Collector's file exporter and receiver)")
@@ -75,20 +63,17 @@ func (tf *telemetryFlags) check() string {
 	if tf.linger < 0 {
 		return fmt.Sprintf("-linger %v: want ≥ 0", tf.linger)
 	}
+	if _, err := readOTelEnv(tf.otlp != ""); err != nil {
+		return err.Error()
+	}
 	return ""
 }
 
-// otlpOn reports whether OTLP export is asked for, by flag or environment.
-func (tf *telemetryFlags) otlpOn() bool {
-	if tf.otlp != "" {
-		return true
-	}
-	for _, v := range otlpEnv {
-		if os.Getenv(v) != "" {
-			return true
-		}
-	}
-	return false
+// exportsMetrics reports whether the metrics are exported at all: served
+// for Prometheus or sent over OTLP, and the SDK not disabled.
+func (tf *telemetryFlags) exportsMetrics() bool {
+	env, err := readOTelEnv(tf.otlp != "")
+	return err == nil && !env.disabled && (tf.metricsAddr != "" || env.metrics.on)
 }
 
 // telemetry holds the providers a command records into; both are no-op
@@ -108,31 +93,37 @@ type telemetry struct {
 // Enabled reports whether anything is exported.
 func (t *telemetry) Enabled() bool { return len(t.closers) > 0 }
 
-// startTelemetry sets up the exporters the flags and the OTLP environment
-// ask for. The providers are not installed globally, so the embedded
-// server's own telemetry stays out.
+// startTelemetry sets up the exporters the flags and the OpenTelemetry
+// environment ask for (otelenv.go). The providers are not installed
+// globally, so the embedded server's own telemetry stays out. With
+// OTEL_SDK_DISABLED=true it exports nothing, and says so on stderr when
+// a flag asked for an export.
 func startTelemetry(ctx context.Context, tf *telemetryFlags, service string, stderr io.Writer) (*telemetry, error) {
 	quietOTel(stderr)
 	t := &telemetry{TracerProvider: tracenoop.NewTracerProvider(), MeterProvider: noop.NewMeterProvider(), tf: tf, stderr: stderr}
-	res := resource.NewSchemaless(attribute.String("service.name", service))
-	var tpOpts []sdktrace.TracerProviderOption
-	var mpOpts []sdkmetric.Option
-	// undo shuts down the exporters made so far when a later one fails.
-	var undo []func(context.Context) error
+	env, err := readOTelEnv(tf.otlp != "")
+	if err != nil {
+		return nil, err
+	}
+	if env.disabled {
+		if tf.otlp != "" || tf.metricsAddr != "" || tf.trace != "" {
+			fmt.Fprintf(stderr, "writeguard: telemetry: %v\n", errDisabled)
+		}
+		return t, nil
+	}
+	res, err := newResource(ctx, service)
+	if err != nil {
+		fmt.Fprintf(scrub.Writer(stderr), "writeguard: telemetry: %v\n", err)
+	}
+	tpOpts, mpOpts, undo, err := otlpExporters(ctx, env, tf.otlp)
+	if err != nil {
+		return nil, err
+	}
+	// cleanup shuts down the exporters made so far when a later one fails.
 	cleanup := func() {
 		for _, f := range undo {
 			_ = f(context.WithoutCancel(ctx))
 		}
-	}
-
-	if tf.otlpOn() {
-		texp, mexp, err := otlpExporters(ctx, tf)
-		if err != nil {
-			return nil, err
-		}
-		undo = append(undo, texp.Shutdown, mexp.Shutdown)
-		tpOpts = append(tpOpts, sdktrace.WithBatcher(texp))
-		mpOpts = append(mpOpts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp)))
 	}
 	if tf.trace != "" {
 		fe, err := newOTLPFileExporter(ctx, tf.trace)
@@ -144,12 +135,12 @@ func startTelemetry(ctx context.Context, tf *telemetryFlags, service string, std
 		tpOpts = append(tpOpts, sdktrace.WithSyncer(fe))
 	}
 	if tf.metricsAddr != "" {
-		pexp, err := t.servePrometheus(tf, stderr)
+		reader, err := t.servePrometheus(tf.metricsAddr)
 		if err != nil {
 			cleanup()
 			return nil, err
 		}
-		mpOpts = append(mpOpts, sdkmetric.WithReader(pexp))
+		mpOpts = append(mpOpts, sdkmetric.WithReader(reader))
 	}
 	if len(tpOpts) > 0 {
 		tp := sdktrace.NewTracerProvider(append(tpOpts, sdktrace.WithResource(res))...)
@@ -168,40 +159,16 @@ func startTelemetry(ctx context.Context, tf *telemetryFlags, service string, std
 	return t, nil
 }
 
-// otlpExporters makes the OTLP/HTTP exporters of traces and metrics: to
-// --otlp-endpoint's /v1/traces and /v1/metrics, else where the
-// OTEL_EXPORTER_OTLP_* variables say.
-func otlpExporters(ctx context.Context, tf *telemetryFlags) (*otlptrace.Exporter, *otlpmetrichttp.Exporter, error) {
-	var topts []otlptracehttp.Option
-	var mopts []otlpmetrichttp.Option
-	if tf.otlp != "" {
-		base := strings.TrimRight(tf.otlp, "/")
-		topts = append(topts, otlptracehttp.WithEndpointURL(base+"/v1/traces"))
-		mopts = append(mopts, otlpmetrichttp.WithEndpointURL(base+"/v1/metrics"))
-	}
-	texp, err := otlptracehttp.New(ctx, topts...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("otlp traces: %w", err)
-	}
-	mexp, err := otlpmetrichttp.New(ctx, mopts...)
-	if err != nil {
-		_ = texp.Shutdown(ctx)
-		return nil, nil, fmt.Errorf("otlp metrics: %w", err)
-	}
-	return texp, mexp, nil
-}
-
-// servePrometheus serves the metrics in Prometheus text format on
-// --metrics-addr, path /metrics, until Close, and returns the reader that
-// feeds them.
-func (t *telemetry) servePrometheus(tf *telemetryFlags, stderr io.Writer) (*otelprom.Exporter, error) {
+// servePrometheus serves the metrics in Prometheus text format on addr,
+// path /metrics, and returns the reader to install.
+func (t *telemetry) servePrometheus(addr string) (sdkmetric.Reader, error) {
 	reg := prometheus.NewRegistry()
 	pexp, err := otelprom.New(otelprom.WithRegisterer(reg),
 		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
-	ln, err := net.Listen("tcp", tf.metricsAddr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("-metrics-addr: %w", err)
 	}
@@ -210,7 +177,7 @@ func (t *telemetry) servePrometheus(tf *telemetryFlags, stderr io.Writer) (*otel
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.MetricsURL = "http://" + ln.Addr().String() + "/metrics"
-	fmt.Fprintf(stderr, "metrics: %s\n", t.MetricsURL)
+	fmt.Fprintf(t.stderr, "metrics: %s\n", t.MetricsURL)
 	t.closers = append(t.closers, func(ctx context.Context) error {
 		if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -256,15 +223,12 @@ func (t *telemetry) Close() error {
 }
 
 // quietOTel routes the OpenTelemetry SDK's own log lines and export errors
-// (an unreachable collector, a bad endpoint) to stderr through the
-// command's scrubber: an endpoint's user info, and the secrets of every
-// -uri and OTEL_EXPORTER_OTLP_*ENDPOINT, never reach the output.
+// (an unreachable collector, a bad endpoint, a malformed header) to stderr
+// through the command's scrubber: an endpoint's user info, the secrets of
+// every -uri and OTEL_*_ENDPOINT, and the header values of every
+// OTEL_*_HEADERS never reach the output.
 func quietOTel(stderr io.Writer) {
-	for _, name := range otlpEnv {
-		if v := os.Getenv(name); v != "" {
-			scrub.AddURI(v)
-		}
-	}
+	scrubOTelEnv()
 	w := scrub.Writer(stderr)
 	otel.SetLogger(stdr.New(log.New(w, "writeguard: telemetry: ", log.LstdFlags)))
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {

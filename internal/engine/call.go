@@ -73,6 +73,12 @@ type Spec struct {
 	// sent them, so that a duplicate key on an insert's own _id is read
 	// back. Indexes out of range are ignored.
 	MaybeApplied []int
+	// MatchedNothing, when not nil, reads the driver's result of an
+	// attempt that succeeded and reports whether it matched no document
+	// (a method of one write: an update or delete that matched nothing, a
+	// findOneAnd… that found nothing); the OperationFinished hook reports
+	// it (hooks.OperationEnd.MatchedNothing) when the input ended written.
+	MatchedNothing func(result any) bool
 	// Send makes one attempt.
 	Send Send
 }
@@ -115,6 +121,7 @@ func (e *Engine) Run(ctx context.Context, s Spec) (Result, error) {
 	}
 	c.markIdempotent(s.IdempotentModels)
 	c.markMaybeApplied(s.MaybeApplied)
+	c.ext.matched = s.MatchedNothing
 	if s.NeverResend {
 		c.neverResend()
 	}

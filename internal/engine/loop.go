@@ -118,6 +118,9 @@ func (c *Call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 	switch {
 	case err == nil:
 		e.cfg.Budget.Success()
+		if c.ext.matched != nil {
+			c.ext.matchedNothing = c.ext.matched(res)
+		}
 		for _, it := range batch {
 			c.settle(it, policy.Written)
 		}

@@ -55,6 +55,7 @@ func (c *Call) operationFinished(ctx context.Context, err error) {
 			end.Code, end.CodeName, end.Class = it.fail.Code, it.fail.CodeName, it.class
 		}
 	}
+	end.MatchedNothing = c.ext.matchedNothing && counts[policy.Written] == len(c.items)
 	e.hooks.OperationFinished(ctx, end)
 }
 

@@ -11,6 +11,10 @@ type callExt struct {
 	whole  *policy.Failure // the last attempt's whole-command failure (verdicts), nil when none
 	wholeN int             // the number of documents of that attempt
 	bis    bisection
+	// matched reads a successful attempt's result (Spec.MatchedNothing);
+	// matchedNothing is its answer on the attempt that wrote the input.
+	matched        func(result any) bool
+	matchedNothing bool
 }
 
 // neverResend takes back every idempotence mark of the call

@@ -1610,9 +1610,9 @@ func TestC30TracingAttemptsNotContents(t *testing.T) {
 		for _, s := range spans {
 			byName[s.Name()] = append(byName[s.Name()], s)
 		}
-		ops := byName["insert c30"]
+		ops := byName["insertMany app.c30"]
 		if len(ops) != 1 {
-			t.Fatalf("%d operation spans named %q, want 1; spans: %v", len(ops), "insert c30", cbSpanNames(spans))
+			t.Fatalf("%d operation spans named %q, want 1; spans: %v", len(ops), "insertMany app.c30", cbSpanNames(spans))
 		}
 		op := ops[0]
 		if op.SpanKind() != trace.SpanKindClient {
@@ -1645,7 +1645,7 @@ func TestC30TracingAttemptsNotContents(t *testing.T) {
 		if retries != 1 {
 			t.Errorf("%d retry events on the operation span, want 1", retries)
 		}
-		attempts := byName["insert c30 attempt"]
+		attempts := byName["insertMany app.c30 attempt"]
 		if len(attempts) != 2 {
 			t.Fatalf("%d attempt spans, want 2; spans: %v", len(attempts), cbSpanNames(spans))
 		}
@@ -1662,7 +1662,7 @@ func TestC30TracingAttemptsNotContents(t *testing.T) {
 		if _, has := cbAttrs(attempts[1].Attributes())["writeguard.backoff"]; !has {
 			t.Error("the second attempt span has no writeguard.backoff")
 		}
-		dl := byName["insert c30 dead_letter"]
+		dl := byName["insertMany app.c30 dead_letter"]
 		if len(dl) != 1 || dl[0].Parent().SpanID() != op.SpanContext().SpanID() {
 			t.Errorf("dead-letter spans %v, want one child of the operation span", cbSpanNames(dl))
 		}
@@ -1715,7 +1715,7 @@ func TestC30TracingAttemptsNotContents(t *testing.T) {
 			t.Errorf("%d spans started, %d ended; want all ended", started, ended)
 		}
 		for _, s := range sr.Ended() {
-			if s.Name() == "insert c30" && s.Status().Code != codes.Error {
+			if s.Name() == "insertMany app.c30" && s.Status().Code != codes.Error {
 				t.Errorf("operation span status %v for an unhandled call, want Error", s.Status())
 			}
 		}

@@ -186,14 +186,24 @@ type Scrubber struct {
 }
 
 // AddURI makes s scrub the secrets of uri (see URI) wherever they appear.
-func (s *Scrubber) AddURI(uri string) {
-	sec := secretsOf(uri)
-	if len(sec) == 0 {
+func (s *Scrubber) AddURI(uri string) { s.AddSecrets(secretsOf(uri)...) }
+
+// AddSecrets makes s scrub each of secrets wherever it appears (a header
+// value, a token). Strings shorter than 3 bytes are ignored: they would
+// mask innocent text.
+func (s *Scrubber) AddSecrets(secrets ...string) {
+	var add []string
+	for _, sec := range secrets {
+		if len(sec) >= 3 {
+			add = append(add, sec)
+		}
+	}
+	if len(add) == 0 {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.secrets = append(s.secrets, sec...)
+	s.secrets = append(s.secrets, add...)
 	sort.Slice(s.secrets, func(i, j int) bool { return len(s.secrets[i]) > len(s.secrets[j]) })
 }
 

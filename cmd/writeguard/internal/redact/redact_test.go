@@ -71,3 +71,13 @@ func TestScrubber(t *testing.T) {
 		t.Errorf("Error: %v", err)
 	}
 }
+
+// TestAddSecrets: each secret added is masked wherever it appears; strings
+// under 3 bytes are ignored.
+func TestAddSecrets(t *testing.T) {
+	var s Scrubber
+	s.AddSecrets("Bearer tok-12345", "tok-12345", "ab")
+	if got := s.String("header Authorization: Bearer tok-12345; again tok-12345; ab stays"); got != "header Authorization: "+Mask+"; again "+Mask+"; ab stays" {
+		t.Errorf("String = %q", got)
+	}
+}
