@@ -250,7 +250,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // batch replays one claimed batch: prepare, send (the updates, replaces
-// and deletes marked in flight first), hold what may have been applied,
+// and deletes fenced first: see fence), hold what may have been applied,
 // judge, mark. It returns an error when every write of the batch failed,
 // none with an error of its own (the target is unreachable, say).
 func (r *runner) batch(ctx context.Context, cl claimed, st *batchState) error {

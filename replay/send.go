@@ -72,7 +72,7 @@ type entry struct {
 
 // prepare turns a batch into entries and returns those to send (the
 // others are skipped, refused or held). inFlight maps envelope keys to
-// the time of an earlier claim marked in flight (claimed.inFlight).
+// the time of an earlier send token (claimed.inFlight).
 func (r *runner) prepare(ctx context.Context, envs []stored, inFlight map[string]time.Time) (entries, send []*entry) {
 	entries = make([]*entry, len(envs))
 	for i := range envs {

@@ -29,6 +29,11 @@ import (
 type dlHold struct {
 	reached, release chan struct{}
 	once, rel        sync.Once
+	// drop: once released, close the connection instead of forwarding.
+	drop bool
+	// applied: forward the command first (the server applies it), then
+	// hold its reply and, once released, close the connection.
+	applied bool
 }
 
 func newDLHold(t *testing.T) *dlHold {
@@ -40,11 +45,19 @@ func newDLHold(t *testing.T) *dlHold {
 // open releases the held commands (and every later one).
 func (h *dlHold) open() { h.rel.Do(func() { close(h.release) }) }
 
-// fault forwards each command once released.
+// fault forwards each command once released (or drops it).
 func (h *dlHold) fault() faultproxy.Fault {
 	return faultproxy.Custom(func(cmd *faultproxy.Command, forward func(*faultproxy.Command) (bson.Raw, error)) (bson.Raw, error) {
+		if h.applied {
+			if _, err := forward(cmd); err != nil {
+				return nil, err
+			}
+		}
 		h.once.Do(func() { close(h.reached) })
 		<-h.release
+		if h.drop || h.applied {
+			return nil, faultproxy.ErrCloseConnection
+		}
 		return forward(cmd)
 	})
 }
@@ -154,11 +167,15 @@ func dlUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	}
 }
 
-// leaseOf returns the claims on record (not the done records) of owner.
+// leasesOf returns the leases on record (not the done records) of owner
+// ("": anyone's).
 func (b *dlBed) leasesOf(owner string) []replay.Lease {
 	b.t.Helper()
-	cur, err := b.ddb.Collection(dlDLQ+replay.LeaseCollectionSuffix).Find(b.ctx,
-		bson.D{{Key: "key", Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "owner", Value: owner}})
+	q := bson.D{{Key: "key", Value: bson.D{{Key: "$exists", Value: true}}}}
+	if owner != "" {
+		q = append(q, bson.E{Key: "owner", Value: owner})
+	}
+	cur, err := b.ddb.Collection(dlDLQ+replay.LeaseCollectionSuffix).Find(b.ctx, q)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -169,7 +186,7 @@ func (b *dlBed) leasesOf(owner string) []replay.Lease {
 	return ls
 }
 
-// lapsed reports whether every claim of owner has expired (the server is
+// lapsed reports whether every lease of owner ("": anyone's) has expired (the server is
 // the embedded one, on this host's clock).
 func (b *dlBed) lapsed(owner string) bool {
 	ls := b.leasesOf(owner)
