@@ -58,9 +58,15 @@ func (c *serverClock) sync(ctx context.Context) error {
 	if recent {
 		return nil
 	}
-	t0 := c.local()
-	raw, err := c.db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
-	t1 := c.local()
+	var raw bson.Raw
+	var t0, t1 time.Time
+	err := retry(ctx, func() error {
+		var err error
+		t0 = c.local()
+		raw, err = c.db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
+		t1 = c.local()
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("replay: reading the server's clock (hello): %w", err)
 	}
@@ -72,8 +78,12 @@ func (c *serverClock) sync(ctx context.Context) error {
 	rtt := t1.Sub(t0)
 	offset := time.UnixMilli(dt).Sub(t0.Add(rtt / 2))
 	if slack := rtt/2 + time.Millisecond; offset.Abs() > c.lease+slack {
+		skew := offset.Abs().Round(time.Millisecond)
+		if skew >= time.Second {
+			skew = skew.Round(time.Second)
+		}
 		return fmt.Errorf("%w: this host's clock is %v %s the server's (lease %v); fix the host's clock (NTP) or give a longer lease",
-			ErrClockSkew, offset.Abs().Round(time.Millisecond), map[bool]string{true: "behind", false: "ahead of"}[offset > 0], c.lease)
+			ErrClockSkew, skew, map[bool]string{true: "behind", false: "ahead of"}[offset > 0], c.lease)
 	}
 	c.mu.Lock()
 	c.offset, c.synced = offset, t1

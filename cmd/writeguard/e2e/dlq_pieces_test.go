@@ -82,8 +82,12 @@ func TestDLLargeOriginalStoredWhole(t *testing.T) {
 		t.Errorf("target holds %d bytes (%v), want the %d of the original", len(got), err, len(doc))
 	}
 
-	// Discarding keeps the pieces (the envelope is kept); once the
-	// envelope is gone they are an orphan, which a sweep removes.
+	// The replayed envelope keeps its pieces (it is kept for inspection,
+	// as a discarded one is); once it is gone (the TTL monitor, an
+	// operator) they are an orphan, which a sweep removes.
+	if st, err := dlq.Stats(b.ctx, b.dlq, dlq.Filter{}); err != nil || st.Pieces.Sets != 1 || st.Pieces.Orphans != 0 {
+		t.Errorf("stats after the replay: %+v, %v", st.Pieces, err)
+	}
 	if _, err := b.dlq.DeleteMany(b.ctx, bson.D{}); err != nil {
 		t.Fatal(err)
 	}
