@@ -269,8 +269,8 @@ func (r *runner) insertLeases(ctx context.Context, docs []any, tried []Lease) (w
 	})
 	if err != nil {
 		// Which inserts the server applied is unknown: give back all of
-		// them (deleting a lease that is not ours cannot happen: its
-		// _id would have been ours).
+		// them (release deletes this runner's only: another runner may
+		// hold one of these slots).
 		r.release(ctx, ids)
 		return nil, 0, fmt.Errorf("replay: claiming envelopes: %w", err)
 	}
@@ -329,8 +329,9 @@ func (r *runner) ownLeases(ctx context.Context, ids []string, claimedAt time.Tim
 	return out, nil
 }
 
-// release deletes leases; after ctx ended it still tries, for up to
-// 10 s. A failure leaves them to expire.
+// release deletes this runner's leases ids (its owner checked: a slot it
+// tried may be another's); after ctx ended it still tries, for up to 10 s.
+// A failure leaves them to expire.
 func (r *runner) release(ctx context.Context, ids []string) {
 	if len(ids) == 0 {
 		return
@@ -341,7 +342,7 @@ func (r *runner) release(ctx context.Context, ids []string) {
 		defer cancel()
 	}
 	_ = retry(ctx, func() error {
-		_, err := r.cfg.leases.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+		_, err := r.cfg.leases.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "owner", Value: r.owner}})
 		return err
 	})
 }

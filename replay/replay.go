@@ -146,9 +146,10 @@ var ErrDryRunUnsupported = errors.New("dry run unsupported on this server")
 // pending and its lease is released or expires. It returns an error at
 // once for bad options (every one named; a bad filter wraps
 // dlq.ErrBadFilter), for a nil dlq or target, when the target's
-// namespace is unknown and the filter names none, and, for a dry run, when
-// the validator cannot be read or the server cannot evaluate it
-// (ErrDryRunUnsupported).
+// namespace is unknown and the filter names none, when this host's clock is
+// off from the server's by more than the lease (an error wrapping
+// ErrClockSkew: nothing claimed), and, for a dry run, when the validator
+// cannot be read or the server cannot evaluate it (ErrDryRunUnsupported).
 func Run(ctx context.Context, dlq *mongo.Collection, target writeguard.Collection, opts ...Option) (Result, error) {
 	cfg := newConfig(opts)
 	start := cfg.now()

@@ -89,15 +89,16 @@ func (r *runner) pass(ctx context.Context, q bson.D) (held bool, err error) {
 			return held, err
 		}
 		last = ids[len(ids)-1]
-		// The rate's wait comes before the claim: a claim held through
-		// it could lapse.
-		if err := r.pace(ctx, len(ids)); err != nil {
+		// The rate's wait comes before the claim (a claim held through
+		// it could lapse); what is claimed counts as sent.
+		if err := r.pace(ctx, 0); err != nil {
 			return held, err
 		}
 		cl, err := r.claim(ctx, q, ids)
 		if err != nil {
 			return held, err
 		}
+		r.sent += int64(len(cl.envs))
 		if cl.held > 0 {
 			held = true
 			r.res.LeasesHeld += int64(cl.held)
@@ -222,9 +223,9 @@ type batchState struct {
 	marked bool
 }
 
-// pace waits, with a rate limit, until sending n more envelopes keeps the
+// pace waits, with a rate limit, until sending more envelopes keeps the
 // average at or below the rate (counting from the start of the run, the
-// envelopes already sent are due at sent/rate).
+// envelopes already sent are due at sent/rate), then counts n more sent.
 func (r *runner) pace(ctx context.Context, n int) error {
 	defer func() { r.sent += int64(n) }()
 	if r.cfg.rate <= 0 || r.sent == 0 {
