@@ -20,8 +20,10 @@ var ErrEmptyFilter = errors.New("dlq: empty filter: refusing to discard every pe
 // Discard marks the envelopes of dlq that f selects (pending ones when f
 // lists no status) as given up: status discarded, discarded_at now. A
 // discarded envelope is never replayed; a recapture of its payload puts it
-// back to pending. Envelopes already discarded are left as they are.
-// It returns how many envelopes it marked, with one updateMany.
+// back to pending. Envelopes already discarded are left as they are, and
+// so are the pieces of an original kept apart (the envelope is kept, for
+// inspection: see PiecesCollectionSuffix). It returns how many envelopes
+// it marked, with one updateMany.
 //
 // Discard does not coordinate with a replay running on dlq: an envelope
 // a replay has just read may still be written after Discard marked it.

@@ -22,6 +22,9 @@
 //	                refused as a sub-document (then stored as bytes)
 //	mongo_safe.go   before each Put: the unique fingerprint index is there, or it is
 //	                re-established first, or nothing is stored (ErrIndexMissing, Reestablished)
+//	pieces.go       originals too large for their envelope, kept whole in "<dlq>_pieces":
+//	                written before the envelope, ReadOriginal, orphans (SweepPieces,
+//	                OrphanGrace), their summary in Stats and their TTL in EnsureCollection
 //	file.go         FileSink: the JSON-lines fallback (envelope.MarshalLine), one write and one
 //	                fsync per Put, a torn last line ended; ReadFile
 //	setup.go        EnsureCollection: the collection and its permissive Validator, feature by
@@ -47,7 +50,8 @@
 //	                                                        next line; ReadFile skips and reports it
 //	MongoSink  the server acknowledged its statement       the lost unique fingerprint index is
 //	           (w ≥ 1) with the unique fingerprint index    re-established before storing, or nothing
-//	           in place                                     is stored (ErrIndexMissing)
+//	           in place, and first every piece of an        is stored (ErrIndexMissing); pieces
+//	           original kept apart (pieces.go)              without an envelope are orphans
 //
 // Both are envelope.PartialSinks: envelope.PutEach, which the engine
 // calls, gets one error per envelope, so the envelopes a sink stored
@@ -59,12 +63,14 @@
 // envelope (internal/engine deadletter.go, envelopeFor: envelope.New) and
 // hands the call's gathered envelopes to envelope.PutEach ->
 // MongoSink.PutEach -> put: envelope.PrepareStored (first_seen, status
-// pending, envelope.Protect with the sink's envelope.Protection, the cut
-// to envelope.MaxEnvelopeSize) -> mergeByFingerprint -> lock ->
-// checkIndexes (mongo_safe.go) -> putUpserts (mongo_write.go: one
-// unordered bulk write of upserts by fingerprint, $setOnInsert
-// envelope.InsertFields and envelope.RecaptureUpdate; upserts.next sends
-// again a lost race or a refused sub-document) -> one error per envelope
+// pending, envelope.Protect with the sink's envelope.Protection, the fit
+// to envelope.MaxEnvelopeSize: diagnostics cut or the original set apart)
+// -> mergeByFingerprint -> lock -> checkIndexes (mongo_safe.go) -> write:
+// writePieces for an original set apart (pieces.go), then putUpserts
+// (mongo_write.go: one unordered bulk write of upserts by fingerprint,
+// $setOnInsert envelope.InsertFields and envelope.RecaptureUpdate;
+// upserts.next sends again a lost race or a refused sub-document) -> one
+// error per envelope
 // back to the engine, which settles the document dead_lettered, or
 // retries its envelope, or hands it to the fallback sink.
 package dlq

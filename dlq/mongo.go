@@ -104,15 +104,17 @@ import (
 //
 // The stored envelope must fit MongoDB's 16 MiB document limit
 // (envelope.MaxBSONSize) with envelope.EnvelopeHeadroom to spare. When
-// it would not, Put does not fail and does not drop the payload: an errInfo over a quarter
-// of that is replaced by {writeguard_truncated: true, size,
-// failingDocumentId} (failing_keywords and failing_paths, derived from the
-// full errInfo, are kept); then the original is cut to the top-level
-// fields that fit, in document order (_id first when it comes first;
-// greedy: a field too large is skipped and smaller later ones still go
-// in), and stored with original_truncated: true, original_size (the full
-// size in bytes) and original_dropped (the names left out). Such an
-// envelope is for inspection only; a replay skips it.
+// it would not, Put does not fail and does not cut the original
+// (envelope.PrepareStored): diagnostics are cut only when that lets the
+// whole original fit (an errInfo of at most envelope.SmallErrInfo bytes
+// never is); otherwise the original is stored whole, in pieces, in the
+// side collection "<dlq>_pieces" (see PiecesCollectionSuffix), before its
+// envelope, which records it in original_pieces. An envelope whose pieces
+// cannot be stored is not stored either: its error says why, and the
+// guarded collection hands it to the fallback sink (which has no size
+// limit) or reports the document dead_letter_failed, the document in the
+// Report. (Envelopes stored before this kept a cut original with
+// original_truncated; a replay skips them.)
 //
 // # Lost indexes
 //
@@ -289,23 +291,46 @@ func (s *MongoSink) put(ctx context.Context, envs []envelope.Envelope, all bool)
 	if err := s.checkIndexes(ctx); err != nil {
 		return nil, err
 	}
-	var failed map[int]error
-	var err error
-	if s.cfg.insertFirst {
-		failed, err = s.putInsertFirst(ctx, ready)
-	} else {
-		failed, err = s.putUpserts(ctx, ready)
-	}
-	byFP := make(map[string]error, len(failed))
-	for i, ferr := range failed {
-		byFP[ready[i].Fingerprint] = ferr
-	}
+	byFP, err := s.write(ctx, ready)
 	for i, p := range pidx {
 		if p >= 0 {
 			out[i] = byFP[prepared[p].Fingerprint]
 		}
 	}
 	return out, cmpOr(first, err)
+}
+
+// write stores prepared, merged envelopes: the originals set apart first
+// (writePieces: an envelope is stored only once its original is), then
+// the envelopes, with upserts or insert-first. It returns the error of
+// each envelope not stored, by fingerprint, and the error Put returns.
+func (s *MongoSink) write(ctx context.Context, ready []envelope.Envelope) (map[string]error, error) {
+	byFP := map[string]error{}
+	var first error
+	whole := make([]envelope.Envelope, 0, len(ready))
+	for _, env := range ready {
+		if env.OriginalPieces != nil {
+			if err := s.writePieces(ctx, env); err != nil {
+				byFP[env.Fingerprint], first = err, cmpOr(first, err)
+				continue
+			}
+		}
+		whole = append(whole, env)
+	}
+	if len(whole) == 0 {
+		return byFP, first
+	}
+	var failed map[int]error
+	var err error
+	if s.cfg.insertFirst {
+		failed, err = s.putInsertFirst(ctx, whole)
+	} else {
+		failed, err = s.putUpserts(ctx, whole)
+	}
+	for i, ferr := range failed {
+		byFP[whole[i].Fingerprint] = ferr
+	}
+	return byFP, cmpOr(first, err)
 }
 
 // lock takes the stripe locks of envs' fingerprints, in ascending order,

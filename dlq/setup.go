@@ -293,6 +293,10 @@ const (
 //     TTL one): createIndexes would fail there with 85
 //     IndexOptionsConflict, so it is never sent for an existing key.
 //   - status_index: {status: 1, namespace: 1, first_seen: 1}.
+//   - pieces (FeaturePieces): the side collection of originals stored in
+//     pieces: its orphans older than OrphanGrace removed (SweepPieces),
+//     and, when the TTL counts from last_seen or first_seen, a TTL index
+//     on its at field of the TTL plus OrphanGrace (disabled otherwise).
 //
 // Indexes are matched by keys, not by name; a new index whose name is
 // already taken by other keys (86 IndexKeySpecsConflict) is created under
@@ -302,9 +306,9 @@ const (
 //
 // Optional features the server refuses with a code of UnsupportedCodes
 // are FeatureUnsupported, with the server's code and message, and the
-// call goes on. On FerretDB v1: collection applied, validator and
-// ttl_index unsupported (238), fingerprint_index and status_index
-// applied.
+// call goes on. On FerretDB v1: collection applied, validator,
+// ttl_index and pieces unsupported (238), fingerprint_index and
+// status_index applied.
 //
 // The error is non-nil when the options are invalid, when listing or
 // creating the collection fails, when the fingerprint index cannot be had,
@@ -341,6 +345,7 @@ func EnsureCollection(ctx context.Context, db *mongo.Database, name string, opts
 	if err := s.indexes(ctx); err != nil {
 		return rep, err
 	}
+	rep.add(s.pieces(ctx)) // pieces.go
 	var failed []string
 	for _, f := range rep.Features {
 		if f.State == FeatureFailed {

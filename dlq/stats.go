@@ -84,6 +84,14 @@ type Summary struct {
 	OldestPending    time.Time
 	OldestPendingAge time.Duration
 
+	// InPieces is the number of selected envelopes whose original was too
+	// large to be stored with them and is kept whole in pieces
+	// (envelope.Envelope.OriginalPieces); Pieces summarises the side
+	// collection of pieces, whatever the filter: its orphans and the
+	// originals that lack pieces (see PiecesCollectionSuffix).
+	InPieces int64
+	Pieces   PieceSummary
+
 	// Undecodable is the number of selected envelopes whose summarised
 	// fields cannot be decoded (a field of the wrong BSON type: see
 	// envelope.DecodeError); they are counted here and nowhere else (not in
@@ -135,6 +143,9 @@ const MaxDecodeErrors = 100
 // is counted in Summary.Undecodable (Summary.DiscardedUndecodable when its
 // status reads "discarded") and does not stop the count.
 //
+// Summary.Pieces costs one more find on the side collection of pieces
+// (their fields but the data) and, when it holds any, one on the DLQ.
+//
 // It returns f's error (wrapping ErrBadFilter) or the driver's.
 func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error) {
 	now := time.Now()
@@ -154,6 +165,9 @@ func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error
 		return Summary{}, err
 	}
 	t.finish(now)
+	if st.Pieces, _, err = summarisePieces(ctx, dlq, now, OrphanGrace); err != nil {
+		return Summary{}, err
+	}
 	return st, nil
 }
 
@@ -211,6 +225,9 @@ func (t *tally) add(raw bson.Raw) error {
 		return nil
 	}
 	attempts := max(int64(e.Attempts), 1)
+	if e.OriginalPieces != nil {
+		t.st.InPieces++
+	}
 	t.st.Envelopes++
 	t.st.Attempts += attempts
 	t.byStatus.add(e.Status, attempts)

@@ -38,8 +38,9 @@
 // # The stored form and the JSON-lines form
 //
 // PrepareStored readies an envelope for the dead-letter collection
-// (defaults, Protect, and a cut to MaxEnvelopeSize: diagnostics before the
-// original, listed in Cut); StoredFields and InsertFields are the
+// (defaults, Protect, and the fit to MaxEnvelopeSize, fit.go: diagnostics
+// cut, listed in Cut, only when that keeps the whole original inline,
+// else the original set apart in Pieces, never cut); StoredFields and InsertFields are the
 // document stored for a first capture and the fields a recapture leaves
 // alone, RecaptureUpdate what a recapture changes, StoredDocument the
 // whole for tests and tools. A document the server could not store as a

@@ -83,10 +83,18 @@ type Envelope struct {
 	// Cut lists what was cut to fit the 16 MiB limit, in the order it was
 	// cut (diagnostics before the original).
 	Cut []CutField `bson:"cut,omitempty" json:"cut,omitempty"`
+	// OriginalPieces is set when the original was too large to be stored
+	// with its envelope (see MaxEnvelopeSize): the stored original is then
+	// empty, and the original's bytes are kept whole, in pieces, in the
+	// dead-letter collection's side collection (dlq.PiecesCollectionSuffix),
+	// from which package replay and dlq.ReadOriginal reassemble it. Set by
+	// PrepareStored; format 2.
+	OriginalPieces *Pieces `bson:"original_pieces,omitempty" json:"original_pieces,omitempty"`
 	// OriginalTruncated is true when Original was cut to fit the 16 MiB
-	// BSON limit together with the envelope's own fields (see MaxEnvelopeSize):
-	// it then holds only the top-level fields that fit, and cannot be
-	// replayed.
+	// BSON limit together with the envelope's own fields: it then holds
+	// only the top-level fields that fit, and cannot be replayed. Only
+	// envelopes stored before originals were kept in pieces
+	// (OriginalPieces) have it.
 	OriginalTruncated bool `bson:"original_truncated,omitempty" json:"original_truncated,omitempty"`
 	// OriginalSize is the size in bytes of the original before it was
 	// truncated (set only when OriginalTruncated is true).

@@ -1,6 +1,10 @@
 package envelope
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -21,12 +25,65 @@ const MaxBSONSize = policy.MaxBSONSize
 const EnvelopeHeadroom = 16 * 1024
 
 // MaxEnvelopeSize is the largest stored envelope dlq.MongoSink writes:
-// MaxBSONSize − EnvelopeHeadroom bytes. A larger one has its original
-// truncated (see PrepareStored).
+// MaxBSONSize − EnvelopeHeadroom bytes. A larger one has its diagnostics
+// cut or its original set apart (see PrepareStored).
 const MaxEnvelopeSize = MaxBSONSize - EnvelopeHeadroom
 
-// maxDroppedNames bounds Envelope.OriginalDropped.
-const maxDroppedNames = 100
+// SmallErrInfo is the size in bytes up to which an errInfo is never cut
+// to make room for an original: 64 KiB (a $jsonSchema errInfo of a few
+// dozen failing properties). A larger one (errInfo repeats the rejected
+// values: consideredValue) is cut only when that lets the whole original
+// fit.
+const SmallErrInfo = 64 * 1024
+
+// PieceSize is the size in bytes of each piece of an original set apart
+// (Pieces), the last one excepted: 8 MiB, so that a piece with its few
+// fields stays far below MaxBSONSize and two fit in one insert message
+// (48 MB, maxMessageSizeBytes).
+const PieceSize = 8 << 20
+
+// Pieces is where an original too large to be stored with its envelope is
+// kept: whole, in Count pieces of PieceSize bytes (the last one shorter),
+// in the dead-letter collection's side collection (dlq.MongoSink writes
+// them before the envelope). The pieces are named by the SHA-256 of the
+// original's bytes, so that identical originals share them and a reader
+// can check what it reassembled.
+type Pieces struct {
+	// SHA256 is the hex SHA-256 of the original's bytes.
+	SHA256 string `bson:"sha256" json:"sha256"`
+	// Size is the original's size in bytes.
+	Size int64 `bson:"size" json:"size"`
+	// Count is the number of pieces.
+	Count int32 `bson:"count" json:"count"`
+}
+
+// PiecesOf returns the Pieces record of doc: its SHA-256, size and the
+// number of PieceSize pieces it takes.
+func PiecesOf(doc []byte) *Pieces {
+	sum := sha256.Sum256(doc)
+	return &Pieces{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(doc)), Count: int32((len(doc) + PieceSize - 1) / PieceSize)}
+}
+
+// Split returns doc's pieces, in order (sub-slices of doc).
+func (p *Pieces) Split(doc []byte) [][]byte {
+	out := make([][]byte, 0, p.Count)
+	for lo := 0; lo < len(doc); lo += PieceSize {
+		out = append(out, doc[lo:min(lo+PieceSize, len(doc))])
+	}
+	return out
+}
+
+// Check returns an error unless doc is the original p records: its size
+// and SHA-256.
+func (p *Pieces) Check(doc []byte) error {
+	if int64(len(doc)) != p.Size {
+		return fmt.Errorf("envelope: reassembled original is %d bytes, want %d", len(doc), p.Size)
+	}
+	if sum := sha256.Sum256(doc); hex.EncodeToString(sum[:]) != p.SHA256 {
+		return errors.New("envelope: reassembled original does not match its SHA-256")
+	}
+	return nil
+}
 
 // storedSize returns the size in bytes of env stored as a document (its
 // $setOnInsert fields plus the operators' fields), or an error if env
@@ -44,34 +101,46 @@ func storedSize(env Envelope) (int, error) {
 	return len(raw) + operatorFields, nil
 }
 
-// fitEnvelope makes env fit in limit bytes as stored, giving way in this
-// order and only as far as needed, each step recorded in env.Cut:
+// fitEnvelope makes env fit in limit bytes as stored without losing its
+// original:
 //
-//  1. err_info.consideredValue: the values errInfo repeats from the
-//     document (consideredValue, consideredValues) are removed;
-//  2. err_info.details: every array of errInfo is cut to its first 16,
-//     then 4, then 1 items (the first failing items stay; Total and Kept
-//     count the array items);
-//  3. err_info: replaced by {writeguard_truncated: true, size,
-//     failingDocumentId} (failing_keywords and failing_paths, derived
-//     from the full errInfo, stay);
-//  4. failing_paths, failing_keywords: cut to their first 100 entries;
-//  5. errmsg: cut to its first 1 KiB;
-//  6. original: cut to the top-level fields that fit (original_truncated,
-//     original_size, original_dropped), only when it cannot fit alone.
+//  1. an envelope that fits is left as it is;
+//  2. when cutting diagnostics lets the whole original fit with them,
+//     they are cut in this order, each step only as far as needed and
+//     recorded in env.Cut: err_info.consideredValue (the values errInfo
+//     repeats from the document), err_info.details (every array cut to
+//     its first 16, then 4, then 1 items; Total and Kept count them),
+//     err_info (replaced by {writeguard_truncated: true, size,
+//     failingDocumentId}; failing_keywords and failing_paths, derived from
+//     the full errInfo, stay), failing_paths and failing_keywords (their
+//     first 100 entries), errmsg (its first 1 KiB). An errInfo of at most
+//     SmallErrInfo bytes is never cut for this.
+//  3. otherwise the diagnostics stay verbatim and the original is set
+//     apart (OriginalPieces: stored whole, in pieces); the diagnostics are
+//     then cut, in the order above, only if they do not fit by themselves.
 //
-// It never fails: at worst the original keeps no field.
+// An envelope that still does not fit (call options over 16 MiB) is
+// returned as it is: storing it fails, and the document goes to the
+// fallback sink or ends dead_letter_failed.
 func fitEnvelope(env Envelope, limit int) Envelope {
 	f := &fitting{env: env, limit: limit}
 	if f.fits() {
 		return env
 	}
-	f.env.Cut = slices.Clone(env.Cut)
-	if f.cutErrInfo() || f.cutLists() || f.cutErrMsg() {
-		return f.env
+	if len(env.Original) < limit {
+		inline := &fitting{env: env, limit: limit, keepSmall: true}
+		inline.env.Cut = slices.Clone(env.Cut)
+		if inline.cutDiagnostics() {
+			return inline.env
+		}
 	}
-	f.truncateOriginal()
-	return f.env
+	apart := &fitting{env: env, limit: limit}
+	apart.env.Cut = slices.Clone(env.Cut)
+	apart.env.OriginalPieces = PiecesOf(env.Original)
+	if !apart.fits() {
+		apart.cutDiagnostics()
+	}
+	return apart.env
 }
 
 // fitting is an envelope being cut to fit limit bytes as stored.
@@ -79,6 +148,14 @@ type fitting struct {
 	env   Envelope
 	limit int
 	size  int // env's stored size when last measured (0: cannot be marshalled)
+	// keepSmall: an errInfo of at most SmallErrInfo bytes is not cut.
+	keepSmall bool
+}
+
+// cutDiagnostics cuts errInfo, the lists and errmsg, in that order, until
+// the envelope fits, and reports whether it does.
+func (f *fitting) cutDiagnostics() bool {
+	return f.cutErrInfo() || f.cutLists() || f.cutErrMsg()
 }
 
 // fits measures env again and reports whether it fits (an envelope that
@@ -92,7 +169,7 @@ func (f *fitting) fits() bool {
 // cutErrInfo applies steps 1 to 3 to errInfo, as far as needed, and
 // reports whether the envelope fits.
 func (f *fitting) cutErrInfo() bool {
-	if len(f.env.ErrInfo) == 0 {
+	if len(f.env.ErrInfo) == 0 || (f.keepSmall && len(f.env.ErrInfo) <= SmallErrInfo) {
 		return false
 	}
 	return f.dropConsideredValues() || f.keepFirstDetails() || f.summariseErrInfo()
@@ -166,35 +243,6 @@ func (f *fitting) cutErrMsg() bool {
 	f.env.Cut = append(f.env.Cut, CutField{Field: "errmsg", Size: len(f.env.ErrMsg)})
 	f.env.ErrMsg = validString([]byte(f.env.ErrMsg[:maxErrMsgKept]))
 	return f.fits()
-}
-
-// truncateOriginal is step 6: the original keeps the top-level fields
-// that fit beside the rest of the envelope.
-func (f *fitting) truncateOriginal() {
-	full := f.env.Original
-	// Room for original_truncated, original_size, original_dropped (at
-	// most maxDroppedNames names of at most maxDroppedNameLen bytes) and
-	// the cut entry of the original.
-	const reserve = 128 + maxDroppedNames*(maxDroppedNameLen+3+8)
-	budget := f.limit - (f.size - len(full)) - reserve
-	kept, dropped := truncateDocument(full, budget)
-	total := len(dropped) + countTop(kept)
-	if len(dropped) > maxDroppedNames {
-		dropped = dropped[:maxDroppedNames]
-	}
-	for i, name := range dropped {
-		if len(name) > maxDroppedNameLen {
-			dropped[i] = validString([]byte(name[:maxDroppedNameLen]))
-		}
-	}
-	f.env.Original = kept
-	f.env.OriginalTruncated = true
-	f.env.OriginalSize = len(full)
-	f.env.OriginalDropped = dropped
-	f.env.Cut = append(f.env.Cut, CutField{Field: "original", Size: len(full), Total: total, Kept: countTop(kept)})
-	if size, err := storedSize(f.env); err == nil && size > f.limit {
-		f.env.OriginalDropped = nil // cannot happen with the reserve above
-	}
 }
 
 // maxListedDiagnostics bounds failing_paths and failing_keywords when an
@@ -274,9 +322,6 @@ func keepFirstItems(doc bson.Raw, k, depth int) bson.Raw {
 	return out
 }
 
-// maxDroppedNameLen bounds each name in Envelope.OriginalDropped, in bytes.
-const maxDroppedNameLen = 256
-
 // errInfoSummary replaces an oversized errInfo by a small document saying
 // so, keeping failingDocumentId when it is small.
 func errInfoSummary(errInfo bson.Raw) bson.Raw {
@@ -289,32 +334,4 @@ func errInfoSummary(errInfo bson.Raw) bson.Raw {
 		return nil
 	}
 	return raw
-}
-
-// truncateDocument returns the document made of doc's top-level elements
-// that fit in budget bytes (document framing included), taken greedily in
-// document order, and the keys of the elements left out. A doc that is
-// not valid BSON yields an empty document and a nil list.
-func truncateDocument(doc bson.Raw, budget int) (bson.Raw, []string) {
-	out := []byte{0, 0, 0, 0}
-	var dropped []string
-	it := newElemIter(doc)
-	used := 5
-	for {
-		key, t, val, ok := it.next()
-		if !ok {
-			break
-		}
-		n := 1 + len(key) + 1 + len(val)
-		if used+n > budget {
-			dropped = append(dropped, validString(key))
-			continue
-		}
-		used += n
-		out = append(out, byte(t))
-		out = append(out, key...)
-		out = append(out, 0)
-		out = append(out, val...)
-	}
-	return bson.Raw(finishContainer(out, 0)), dropped
 }

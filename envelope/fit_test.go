@@ -3,6 +3,7 @@ package envelope
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,14 +11,15 @@ import (
 )
 
 // fitSample is an envelope with an errInfo of 50 failing properties, each
-// repeating a 100-byte value, and a 2 KB original.
+// repeating a 1,500-byte value (over SmallErrInfo in all), and a 2 KB
+// original.
 func fitSample(t *testing.T) Envelope {
 	t.Helper()
 	var props bson.A
 	for i := range 50 {
 		props = append(props, bson.D{{Key: "propertyName", Value: fmt.Sprintf("p%02d", i)}, {Key: "details", Value: bson.A{bson.D{
 			{Key: "operatorName", Value: "minimum"}, {Key: "specifiedAs", Value: bson.D{{Key: "minimum", Value: int32(0)}}},
-			{Key: "reason", Value: "comparison failed"}, {Key: "consideredValue", Value: strings.Repeat("v", 100)},
+			{Key: "reason", Value: "comparison failed"}, {Key: "consideredValue", Value: strings.Repeat("v", 1500)},
 		}}}})
 	}
 	env := sampleEnvelope(t)
@@ -98,8 +100,8 @@ func TestFitBoundaries(t *testing.T) {
 	summary.Cut = append(summary.Cut, CutField{Field: "err_info.details", Size: 1, Total: 102, Kept: 4}, CutField{Field: "err_info", Size: 1})
 	limit := mustSize(t, summary)
 	got = fitEnvelope(env, limit)
-	if got.OriginalTruncated || !bytes.Equal(got.Original, env.Original) {
-		t.Errorf("original truncated although it fits with the errInfo summary: cut %v", cutFields(got))
+	if got.OriginalPieces != nil || !bytes.Equal(got.Original, env.Original) {
+		t.Errorf("original set apart although it fits with the errInfo summary: cut %v", cutFields(got))
 	}
 	if n := mustSize(t, got); n > limit {
 		t.Errorf("fitted envelope %d bytes over the limit %d", n, limit)
@@ -108,18 +110,47 @@ func TestFitBoundaries(t *testing.T) {
 		t.Errorf("err_info summary %v", ei)
 	}
 
-	// The original alone cannot fit: it is truncated last, and says so.
+	// The original alone cannot fit: it is set apart, whole, and the
+	// diagnostics give way only as far as they do not fit beside it.
 	tight := mustSize(t, Envelope{Original: env.Original}) - 500
 	got = fitEnvelope(env, tight)
 	fields := cutFields(got)
-	if !got.OriginalTruncated || fields[len(fields)-1] != "original" {
-		t.Fatalf("cut %v", fields)
-	}
-	if c := got.Cut[len(got.Cut)-1]; c.Size != len(env.Original) || c.Total != 3 || c.Kept >= 3 {
-		t.Errorf("original cut %+v", c)
+	if got.OriginalPieces == nil || got.OriginalTruncated || !bytes.Equal(got.Original, env.Original) || slices.Contains(fields, "original") {
+		t.Fatalf("cut %v, pieces %+v", fields, got.OriginalPieces)
 	}
 	if n := mustSize(t, got); n > tight {
 		t.Errorf("fitted envelope %d bytes over the limit %d", n, tight)
+	}
+	// Room for the diagnostics beside the reference, and for no original
+	// of 200 KB however they are cut: nothing is cut.
+	large := env
+	large.Original = mustMarshal(t, bson.D{{Key: "_id", Value: int32(5)}, {Key: "a", Value: strings.Repeat("a", 200*1024)}})
+	apart := large
+	apart.OriginalPieces = PiecesOf(large.Original)
+	limit = mustSize(t, apart)
+	got = fitEnvelope(large, limit)
+	if got.OriginalPieces == nil || len(got.Cut) != 0 || !bytes.Equal(got.ErrInfo, env.ErrInfo) {
+		t.Errorf("cut %v, pieces %+v: want the original apart and errInfo verbatim", cutFields(got), got.OriginalPieces)
+	}
+}
+
+// TestFitSmallErrInfoVerbatim: an errInfo of at most SmallErrInfo bytes is
+// never cut to make room for the original: when the envelope does not
+// fit, the original is set apart and errInfo stays verbatim (it used to
+// be summarised first, and the original truncated anyway).
+func TestFitSmallErrInfoVerbatim(t *testing.T) {
+	env := sampleEnvelope(t)
+	env.ErrInfo = mustMarshal(t, bson.D{{Key: "failingDocumentId", Value: int32(5)}, {Key: "details", Value: bson.D{
+		{Key: "operatorName", Value: "$jsonSchema"}, {Key: "schemaRulesNotSatisfied", Value: bson.A{bson.D{
+			{Key: "operatorName", Value: "required"}, {Key: "missingProperties", Value: bson.A{"qty"}}}}}}}})
+	env.Original = mustMarshal(t, bson.D{{Key: "_id", Value: int32(5)}, {Key: "blob", Value: strings.Repeat("b", 64*1024)}})
+	limit := mustSize(t, env) - 100
+	got := fitEnvelope(env, limit)
+	if got.OriginalPieces == nil || len(got.Cut) != 0 || !bytes.Equal(got.ErrInfo, env.ErrInfo) || !bytes.Equal(got.Original, env.Original) {
+		t.Errorf("cut %v, pieces %+v, errInfo verbatim %v", cutFields(got), got.OriginalPieces, bytes.Equal(got.ErrInfo, env.ErrInfo))
+	}
+	if n := mustSize(t, got); n > limit {
+		t.Errorf("fitted envelope %d bytes over the limit %d", n, limit)
 	}
 }
 
@@ -134,7 +165,7 @@ func TestFitLongLists(t *testing.T) {
 	env.Original = mustMarshal(t, bson.D{{Key: "_id", Value: int32(1)}, {Key: "x", Value: strings.Repeat("x", 4000)}})
 	limit := mustSize(t, env) - 50000
 	got := fitEnvelope(env, limit)
-	if fmt.Sprint(cutFields(got)) != "[failing_paths]" || got.OriginalTruncated {
+	if fmt.Sprint(cutFields(got)) != "[failing_paths]" || got.OriginalPieces != nil {
 		t.Fatalf("cut %v", cutFields(got))
 	}
 	if c := got.Cut[0]; c.Total != 5000 || c.Kept != 100 || len(got.FailingPaths) != 100 || got.FailingPaths[0] != "path.number.0000" {

@@ -194,7 +194,12 @@ func originalFields(env Envelope, asBytes string, binary *[]BinaryField) bson.D 
 	d := bson.D{{Key: "schema_version", Value: int32(env.SchemaVersion)}}
 	d = appendIf(d, env.FingerprintScheme != "", "fingerprint_scheme", env.FingerprintScheme)
 	d = appendIf(d, env.Kind != "", "kind", env.Kind)
-	d = append(d, docElem("original", rawOrEmpty(env.Original), binary, asBytes))
+	if env.OriginalPieces != nil {
+		// Kept apart, whole (see Envelope.OriginalPieces).
+		d = append(d, bson.E{Key: "original", Value: rawOrEmpty(nil)}, bson.E{Key: "original_pieces", Value: env.OriginalPieces})
+	} else {
+		d = append(d, docElem("original", rawOrEmpty(env.Original), binary, asBytes))
+	}
 	if len(env.CallOptions) > 0 {
 		d = append(d, docElem("call_options", env.CallOptions, binary, asBytes))
 	}
@@ -288,9 +293,11 @@ func RecaptureUpdate(attempts int, lastSeen time.Time) bson.D {
 
 // PrepareStored returns env ready to be stored for a first capture: its
 // first_seen defaults to now (UTC, in milliseconds) and its last_seen to
-// its first_seen, its status is pending, Protect applies p, and what does
-// not fit MaxEnvelopeSize is cut (diagnostics first, the original last;
-// listed in Cut). It returns Protect's error.
+// its first_seen, its status is pending, Protect applies p, and an
+// envelope that does not fit MaxEnvelopeSize is made to fit without
+// losing its original: diagnostics are cut when that lets the whole
+// original fit, else the original is set apart (OriginalPieces; see
+// fitEnvelope). It returns Protect's error.
 func PrepareStored(env Envelope, p Protection) (Envelope, error) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	if env.FirstSeen.IsZero() {
@@ -311,8 +318,9 @@ func PrepareStored(env Envelope, p Protection) (Envelope, error) {
 // stores it for a first capture (PrepareStored with the zero Protection,
 // then StoredFields): fingerprint, the Envelope's fields, attempts,
 // last_seen and status, as one document without the _id the server
-// assigns. dlq.StoredDocument takes the sink's options. For tests and
-// tools. It returns the error of an envelope that cannot be marshalled.
+// assigns (an original set apart is not in it: see OriginalPieces).
+// dlq.StoredDocument takes the sink's options. For tests and tools. It
+// returns the error of an envelope that cannot be marshalled.
 func StoredDocument(env Envelope) (bson.Raw, error) {
 	e, err := PrepareStored(env, Protection{})
 	if err != nil {

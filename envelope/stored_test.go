@@ -3,7 +3,6 @@ package envelope
 import (
 	"bytes"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -223,9 +222,11 @@ func TestStoredFieldsOrder(t *testing.T) {
 	}
 }
 
-// TestTruncateOversized stores a ~16 MiB document: the envelope fits,
-// keeps the small fields in order, drops the big one, and says so.
-func TestTruncateOversized(t *testing.T) {
+// TestOversizedOriginalSetApart stores a ~16 MiB document: the envelope
+// fits with its original set apart, whole (original_pieces: size, count,
+// SHA-256), its small errInfo verbatim and nothing cut; a document that
+// fits is stored inline.
+func TestOversizedOriginalSetApart(t *testing.T) {
 	big := bytes.Repeat([]byte{'z'}, 16*1024*1024-200)
 	orig := mustMarshal(t, bson.D{
 		{Key: "_id", Value: "order-1"},
@@ -247,38 +248,31 @@ func TestTruncateOversized(t *testing.T) {
 	if len(doc) > MaxEnvelopeSize {
 		t.Fatalf("stored envelope is %d bytes, over %d", len(doc), MaxEnvelopeSize)
 	}
-	if !lookup(t, doc, "original_truncated").Boolean() {
-		t.Fatal("original_truncated not set")
+	if _, err := doc.LookupErr("original_truncated"); err == nil {
+		t.Error("original truncated")
 	}
-	if got := lookup(t, doc, "original_size").Int64(); got != int64(len(orig)) {
-		t.Errorf("original_size = %d, want %d", got, len(orig))
+	if got := lookup(t, doc, "original").Document(); len(got) != 5 {
+		t.Errorf("stored original %d bytes, want the empty document (set apart)", len(got))
 	}
-	if got := strings_(t, lookup(t, doc, "original_dropped")); !slices.Equal(got, []string{"blob"}) {
-		t.Errorf("original_dropped = %v", got)
-	}
-	kept := lookup(t, doc, "original").Document()
-	elems, _ := kept.Elements()
-	var keys []string
-	for _, e := range elems {
-		keys = append(keys, e.Key())
-	}
-	if !slices.Equal(keys, []string{"_id", "sku", "qty"}) {
-		t.Errorf("kept fields %v, want [_id sku qty]", keys)
-	}
-	if lookup(t, doc, "fingerprint").StringValue() != env.Fingerprint {
-		t.Error("fingerprint changed by truncation")
-	}
-	// The diagnostics gave way before the original, each step recorded.
 	back, err := Decode(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cut []string
-	for _, c := range back.Cut {
-		cut = append(cut, c.Field)
+	p := back.OriginalPieces
+	if p == nil || p.Size != int64(len(orig)) || p.Count != 2 || p.Check(orig) != nil {
+		t.Fatalf("original_pieces %+v", p)
 	}
-	if len(cut) == 0 || cut[len(cut)-1] != "original" || !slices.Contains(cut, "err_info") {
-		t.Errorf("cut %v: want err_info before original", cut)
+	if parts := p.Split(orig); len(parts) != 2 || len(parts[0]) != PieceSize || !bytes.Equal(append(parts[0][:len(parts[0]):len(parts[0])], parts[1]...), orig) {
+		t.Errorf("split into %d pieces", len(parts))
+	}
+	if len(back.Cut) != 0 || !bytes.Equal(back.ErrInfo, env.ErrInfo) {
+		t.Errorf("cut %+v; errInfo verbatim %v", back.Cut, bytes.Equal(back.ErrInfo, env.ErrInfo))
+	}
+	if lookup(t, doc, "fingerprint").StringValue() != env.Fingerprint {
+		t.Error("fingerprint changed")
+	}
+	if err := p.Check(orig[:len(orig)-1]); err == nil {
+		t.Error("Check accepted a shorter original")
 	}
 
 	// Just under the limit: stored whole.
@@ -288,8 +282,8 @@ func TestTruncateOversized(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := doc.LookupErr("original_truncated"); err == nil {
-		t.Error("a document that fits was truncated")
+	if _, err := doc.LookupErr("original_pieces"); err == nil {
+		t.Error("a document that fits was set apart")
 	}
 	if !bytes.Equal(lookup(t, doc, "original").Document(), small) {
 		t.Error("original changed")
@@ -330,52 +324,6 @@ func TestTruncateHugeErrInfo(t *testing.T) {
 	}
 	if got := strings_(t, lookup(t, doc, "failing_keywords")); !slices.Equal(got, []string{"enum"}) {
 		t.Errorf("failing_keywords = %v", got)
-	}
-}
-
-// TestTruncateManyFields: a document of many large fields keeps a
-// prefix; the dropped names are capped.
-func TestTruncateManyFields(t *testing.T) {
-	chunk := string(bytes.Repeat([]byte{'q'}, 64*1024))
-	d := bson.D{{Key: "_id", Value: int32(1)}}
-	for i := 0; i < 400; i++ {
-		d = append(d, bson.E{Key: "f" + string(rune('a'+i%26)) + strings.Repeat("x", i/26), Value: chunk})
-	}
-	orig := mustMarshal(t, d)
-	env := sampleEnvelope(t)
-	env.Original, env.Fingerprint = orig, Fingerprint(orig, false)
-	doc, err := StoredDocument(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(doc) > MaxEnvelopeSize {
-		t.Fatalf("stored envelope is %d bytes", len(doc))
-	}
-	dropped := strings_(t, lookup(t, doc, "original_dropped"))
-	kept, _ := lookup(t, doc, "original").Document().Elements()
-	if len(dropped) != maxDroppedNames {
-		t.Errorf("%d dropped names, want %d", len(dropped), maxDroppedNames)
-	}
-	if len(kept) < 200 || len(kept) > 401-maxDroppedNames {
-		t.Errorf("kept %d fields", len(kept))
-	}
-}
-
-func TestTruncateDocument(t *testing.T) {
-	doc := mustMarshal(t, bson.D{{Key: "a", Value: "xxxxxxxxxx"}, {Key: "b", Value: "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"}, {Key: "c", Value: int32(1)}})
-	kept, dropped := truncateDocument(doc, 40)
-	if err := kept.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(dropped, []string{"b"}) || kept.Lookup("c").Int32() != 1 || kept.Lookup("a").StringValue() != "xxxxxxxxxx" {
-		t.Errorf("kept %v dropped %v", kept, dropped)
-	}
-	if len(kept) > 40 {
-		t.Errorf("kept %d bytes, budget 40", len(kept))
-	}
-	kept, dropped = truncateDocument(doc, 0)
-	if len(kept) != 5 || len(dropped) != 3 {
-		t.Errorf("budget 0: kept %v dropped %v", kept, dropped)
 	}
 }
 

@@ -26,9 +26,12 @@ type DiscardResult struct {
 	BusyIDs []bson.RawValue
 }
 
-// discardLease is how long Discard holds the envelopes it claims: long
-// enough for its one update.
-const discardLease = time.Minute
+// DefaultDiscardLease is how long Discard's claims last without renewal
+// unless WithLease says otherwise: 1 minute. Discard renews them while
+// it works (every third of the lease), so the lease bounds only how long
+// a discard that stopped (killed, cut off from the DLQ) blocks replays of
+// the envelopes it had claimed.
+const DefaultDiscardLease = time.Minute
 
 // Discard marks the envelopes of the dead-letter collection coll that f
 // selects (pending ones when f lists no status) as given up, as
@@ -36,17 +39,19 @@ const discardLease = time.Minute
 // it claims each envelope with a lease in the lease collection (the
 // DLQ's name + LeaseCollectionSuffix, or WithLeaseCollection;
 // WithBatchSize sets how many per claim), and marks only the envelopes
-// it claimed. An envelope a replay holds is not
+// it claimed, renewing its claims while it marks them (WithLease, default
+// DefaultDiscardLease: a discard killed after its claim blocks replays of
+// those envelopes for at most that long). An envelope a replay holds is not
 // discarded but counted Busy: the replay writes it or records why not,
 // and the operator sees that the discard did not take. A replay that
 // claims an envelope after Discard marked it no longer selects it. So of
 // a discard and a replay racing for one envelope, one wins, and the
 // result says which: never "discarded" followed by a write.
 //
-// Options other than WithBatchSize, WithLeaseCollection and WithOwner
-// are ignored. It returns dlq.ErrEmptyFilter for a zero f, f's
-// error (wrapping dlq.ErrBadFilter), or the driver's, with what it
-// had done.
+// Options other than WithBatchSize, WithLease, WithLeaseCollection and
+// WithOwner are ignored. It returns dlq.ErrEmptyFilter for a zero f, f's
+// error (wrapping dlq.ErrBadFilter), an error wrapping ErrClockSkew (see
+// WithLease), or the driver's, with what it had done.
 func Discard(ctx context.Context, coll *mongo.Collection, f dlq.Filter, opts ...Option) (DiscardResult, error) {
 	var res DiscardResult
 	if coll == nil {
@@ -66,7 +71,12 @@ func Discard(ctx context.Context, coll *mongo.Collection, f dlq.Filter, opts ...
 		cfg.owner = "discard-" + randomID()
 	}
 	cfg.run = "discard-" + randomID()
-	cfg.lease = discardLease
+	if !cfg.leaseSet {
+		cfg.lease = DefaultDiscardLease
+	}
+	if err := cfg.startClock(ctx); err != nil {
+		return res, err
+	}
 	q, err := f.WithDefaultStatus(envelope.StatusPending).Query(cfg.now())
 	if err != nil {
 		return res, err
@@ -99,14 +109,19 @@ func Discard(ctx context.Context, coll *mongo.Collection, f dlq.Filter, opts ...
 }
 
 // discardBatch claims ids, marks those it claimed that q still selects
-// discarded, and releases its leases. It returns the count marked and the
-// _ids of the envelopes held by a replay.
+// discarded (its claims renewed meanwhile), and releases its leases. It
+// returns the count marked and the _ids of the envelopes held by a
+// replay.
 func (r *runner) discardBatch(ctx context.Context, q bson.D, ids []bson.RawValue) (int64, []bson.RawValue, error) {
-	won, busy, now, err := r.claimForDiscard(ctx, ids)
+	won, busy, err := r.claimForDiscard(ctx, ids)
 	if err != nil || len(won) == 0 {
 		return 0, busy, err
 	}
-	defer r.release(ctx, leaseIDs(won))
+	stop := r.renew(ctx, newLeaseSet(leaseIDs(won)...))
+	defer func() {
+		stop()
+		r.release(ctx, leaseIDs(won))
+	}()
 	in := bson.A{}
 	for _, l := range won {
 		in = append(in, l.EnvelopeID)
@@ -114,7 +129,7 @@ func (r *runner) discardBatch(ctx context.Context, q bson.D, ids []bson.RawValue
 	var n int64
 	err = retry(ctx, func() error {
 		res, err := r.dlq.UpdateMany(ctx, bson.D{{Key: "$and", Value: bson.A{q, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}}}}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: envelope.StatusDiscarded}, {Key: "discarded_at", Value: now}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: envelope.StatusDiscarded}, {Key: "discarded_at", Value: r.cfg.serverNow()}}}},
 			options.UpdateMany())
 		if err == nil {
 			n = res.ModifiedCount
@@ -128,38 +143,30 @@ func (r *runner) discardBatch(ctx context.Context, q bson.D, ids []bson.RawValue
 }
 
 // claimForDiscard takes a lease on each envelope of ids that no live
-// lease holds, and returns the leases it won, the _ids of the envelopes
-// held by another (a replay, say), and the time of the claim.
-func (r *runner) claimForDiscard(ctx context.Context, ids []bson.RawValue) ([]Lease, []bson.RawValue, time.Time, error) {
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = leaseKey(id)
+// lease holds, and returns the leases it won and the _ids of the
+// envelopes held by another (a replay, say).
+func (r *runner) claimForDiscard(ctx context.Context, ids []bson.RawValue) ([]Lease, []bson.RawValue, error) {
+	if err := r.cfg.clock.sync(ctx); err != nil {
+		return nil, nil, err
 	}
-	states, err := r.leaseStates(ctx, keys)
+	tried, _, _, err := r.nextSlots(ctx, ids)
 	if err != nil {
-		return nil, nil, time.Time{}, err
+		return nil, nil, err
 	}
-	now := r.cfg.now().UTC().Truncate(time.Millisecond)
-	var docs []any
-	var tried []Lease
+	free := make(map[string]bool, len(tried))
+	docs := make([]any, len(tried))
+	for i, l := range tried {
+		free[l.Key], docs[i] = true, l
+	}
 	var busy []bson.RawValue
-	for i, k := range keys {
-		st, ok := states[k]
-		if ok && st.until.After(now) {
-			busy = append(busy, ids[i])
-			continue
+	for _, id := range ids {
+		if !free[leaseKey(id)] {
+			busy = append(busy, id)
 		}
-		l := Lease{Key: k, EnvelopeID: ids[i], Owner: r.owner, Run: r.cfg.run, ClaimedAt: now, Until: now.Add(r.cfg.lease)}
-		if ok {
-			l.N = st.n + 1
-		}
-		l.ID = fmt.Sprintf("%s.%d", k, l.N)
-		docs = append(docs, l)
-		tried = append(tried, l)
 	}
 	won, _, err := r.insertLeases(ctx, docs, tried)
 	if err != nil {
-		return nil, busy, now, err
+		return nil, busy, err
 	}
 	wonKey := map[string]bool{}
 	for _, l := range won {
@@ -170,5 +177,5 @@ func (r *runner) claimForDiscard(ctx context.Context, ids []bson.RawValue) ([]Le
 			busy = append(busy, l.EnvelopeID)
 		}
 	}
-	return won, busy, now, nil
+	return won, busy, nil
 }

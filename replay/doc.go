@@ -37,9 +37,13 @@
 // deliberately. Refusals, skips and holds are not tries and count
 // nothing.
 //
-// Envelopes whose original was truncated to fit the 16 MiB limit, or
-// redacted by the sink's hook (unless WithRedacted), are skipped: their
-// original is not the payload that was rejected. So are envelopes with
+// An original too large to be stored with its envelope is kept whole, in
+// pieces (envelope.Envelope.OriginalPieces): Run reassembles it
+// (dlq.ReadOriginal) and replays it; one whose pieces are missing or do
+// not match its SHA-256 is skipped with the reason. Envelopes whose
+// original was truncated (stored by earlier versions), or redacted by the
+// sink's hook (unless WithRedacted), are skipped: their original is not
+// the payload that was rejected. So are envelopes with
 // withheld fields (fields the server refused for not being encrypted,
 // envelope.Envelope.Withheld) unless WithWithheldValues supplies the
 // complete original: a replay never writes a document with a field
@@ -81,11 +85,11 @@
 // # Writes in flight
 //
 // Update, replace and delete models have no such guard: run twice, $inc
-// and $push apply twice. So before sending them the runner marks their
-// leases in flight (Lease.InFlight), and deletes the leases only after
-// the envelopes are marked. A runner that dies (or loses the DLQ) between
-// the two leaves in-flight leases behind; the runner that next claims
-// such an envelope, finding no try of it recorded since that claim,
+// and $push apply twice. So just before sending them the runner takes
+// their send tokens (Lease.InFlight: see Fencing), and deletes them only
+// after the envelopes are marked. A runner that dies (or loses the DLQ)
+// between the two leaves its send tokens behind; the runner that next
+// claims such an envelope, finding no try of it recorded since the token,
 // cannot know whether the target applied the write, and does not run it
 // again: it holds the envelope (pending, replay_hold
 // "in_flight_when_runner_died", counted in Result.Held and
@@ -105,7 +109,7 @@
 // claimed before it is written: the runner reads the next candidate _ids,
 // and for each inserts a Lease in the lease collection (the DLQ's name +
 // LeaseCollectionSuffix, or WithLeaseCollection) with the _id
-// "<envelope key>.<n>", n one more than the latest claim on record, and an
+// "<envelope key>.<n>", n one more than the latest slot on record, and an
 // expiry WithLease ahead. The unique _id makes the claim atomic on every
 // server: of two runners claiming one envelope, one insert is stored and
 // the other meets a duplicate key. A conditional update of the envelope
@@ -114,12 +118,53 @@
 // one document), hence the separate collection. After the claim the
 // runner reads the envelopes it won that the filter still selects (another
 // runner may have just replayed one), replays and marks them as above,
-// and deletes its leases. A runner that stops without deleting them (a
-// crash, a lost connection) leaves them to expire: a runner meeting a
-// live lease waits and looks again until it can claim the envelope or the
-// envelope is done, so Run returns only when no selected envelope is held
-// by anyone. A runner that takes an envelope over deletes the earlier,
-// expired claims once it has marked it.
+// and deletes its leases; while it works it renews them (Until a lease
+// ahead, every third of the lease), so a live runner keeps its claims
+// however slow its batch. A runner that stops without deleting them (a
+// crash, a pause, a lost connection) leaves them to expire: a runner
+// meeting a live lease waits and looks again until it can claim the
+// envelope or the envelope is done, so Run returns only when no selected
+// envelope is held by anyone. A runner that takes an envelope over deletes
+// the earlier slots (those taken before its claim) once it has marked it.
+//
+// # Fencing
+//
+// A claim can be lost without its runner knowing: the runner was paused
+// past its lease (a stopped process, a long garbage collection, WithRate
+// or a WithWithheldValues callback that took long before the renewals
+// could run), or an operator edited the lease collection. So an update,
+// replace or delete is sent only after two checks, in this order:
+//
+//  1. The send token: the runner inserts slot n+1 of the envelope's
+//     sequence, its claim being slot n, with InFlight set. A runner that
+//     took the claim over inserted slot n+1 as its own claim, so the
+//     token's insert meets a duplicate key: the claim is lost. The check
+//     and the "in flight" mark are one write, atomic on every server.
+//  2. The record: a slot is free again once every slot of its envelope
+//     was deleted (another runner finished it, an operator cleaned up),
+//     so a token can be won late. The runner then reads the envelope's
+//     slots (none after its token, no other send token taken since its
+//     claim) and the envelope itself (its replay_tried_at, status and
+//     replay_hold as it read them after the claim: nobody tried it since).
+//
+// An envelope whose claim was lost is left to its new owner: not sent,
+// not marked, its token deleted, counted in Result.LeasesLost and listed
+// in Problems (outcome "lost"). Once its token is stored and checked, the
+// write is the runner's alone until it marks the envelope: a runner that
+// meets the token holds the envelope rather than send it (Writes in
+// flight). Inserts are not fenced: their _id makes a second write a
+// duplicate key, recognised as written.
+//
+// # Clocks
+//
+// A lease's times (ClaimedAt, Until) and every time a runner records in
+// the DLQ (replay_tried_at, replayed_at, discarded_at) are the server's:
+// the runner reads hello's localTime at the start and before each claim
+// (at most every half lease, 30 s at most), and adds the offset to its own
+// clock. Runners on hosts whose clocks differ thus agree on when a lease
+// expires. A host whose clock is off from the server's by more than the
+// lease is refused (ErrClockSkew): nothing is claimed or written. The
+// offset is known to within half the round trip of the reading.
 //
 // Each run has an id (WithRunID; random by default, shared by the workers
 // of one Run): every envelope a runner tries gets replay_run and
@@ -130,19 +175,20 @@
 // its own id, also end: a run skips the envelopes anyone tried since it
 // started (replay_tried_at), so an envelope rejected again is tried at
 // most once by each run, and no two runs keep retrying what the other
-// just tried. (The runners' clocks must agree to well within the lease.)
+// just tried (all these times are the server's: see Clocks).
 //
-// A runner that overruns its lease (a batch slower than WithLease) may
-// see another runner take its envelopes over: both write them (an insert
-// then meets its own _id and is recognised, as after a crash) and both
-// mark them the same way. To keep the counts exact, each runner then
+// A runner that lost its claims (paused past its lease: see Fencing) may
+// see another runner take its envelopes over: both write its inserts (the
+// second meets its own _id and is recognised, as after a crash) and both
+// mark them the same way; its updates, replaces and deletes it does not
+// send. To keep the counts exact, each runner then
 // inserts the record "<envelope key>.run.<run id>" in the lease
 // collection for every envelope of its batch, and counts only those whose
 // record it stored first: over the runners of one run, the counts add up
 // to the envelopes tried, each once. Those records stay in the lease
 // collection (a few hundred bytes each); drop it only when no replay is
 // running and a complete run followed the last one that died: the
-// in-flight leases a dead runner left are the only record that a
+// send tokens a dead runner left are the only record that a
 // write's result is unknown (see Writes in flight).
 //
 // # The target
@@ -201,10 +247,12 @@
 //
 // # Discard
 //
-// Discard gives envelopes up through the same leases: it does not
+// Discard gives envelopes up through the same leases (WithLease, by
+// default DefaultDiscardLease, renewed while it marks): it does not
 // discard an envelope a replay holds (it reports it busy), and a replay
-// does not select one it discarded, so of the two one wins, visibly.
-// dlq.Discard does not coordinate with running replays.
+// does not select one it discarded, so of the two one wins, visibly. A
+// discard that dies blocks replays of what it had claimed for one lease
+// at most. dlq.Discard does not coordinate with running replays.
 //
 // # Dry run
 //

@@ -18,21 +18,25 @@ import (
 	"github.com/writeguard/writeguard/policy"
 )
 
-// Lease is one claim of one envelope by one runner, as stored in the lease
-// collection. Its _id is "<key>.<n>": key identifies the envelope (the hex
-// of its _id's BSON type and bytes) and n counts the claims of that
-// envelope still on record. The unique _id is what makes a claim atomic:
-// two runners that both see claim n−1 expired both insert claim n, and the
-// server stores one of them (the other gets a duplicate key, 11000). A
-// conditional update of the envelope would not do: servers that run an
-// update as an unlocked read-modify-write (FerretDB v1) let two runners
-// both "win" it.
+// Lease is one slot of an envelope's claim sequence, as stored in the
+// lease collection: a claim by a runner, or the send token the holder of
+// a claim takes just before it sends the envelope's update, replace or
+// delete (InFlight). Its _id is "<key>.<n>": key identifies the envelope
+// (the hex of its _id's BSON type and bytes) and n numbers the slots of
+// that envelope still on record. The unique _id is what makes a slot
+// atomic: two runners that both insert slot n (two claims of an expired
+// claim n−1, or a runner's send token and another's claim taking over
+// claim n−1) have the server store one of them, and the other gets a
+// duplicate key (11000). That is the fence: a claim taken over can no
+// longer get its send token. A conditional update of the envelope would
+// not do: servers that run an update as an unlocked read-modify-write
+// (FerretDB v1) let two runners both "win" it.
 type Lease struct {
 	// ID is "<Key>.<N>".
 	ID string `bson:"_id"`
 	// Key is the hex of the envelope _id's BSON type byte and value bytes.
 	Key string `bson:"key"`
-	// N numbers the claims of the envelope, from 0.
+	// N numbers the slots of the envelope, from 0.
 	N int `bson:"n"`
 	// EnvelopeID is the envelope's _id in the dead-letter collection.
 	EnvelopeID bson.RawValue `bson:"envelope_id"`
@@ -40,18 +44,20 @@ type Lease struct {
 	Owner string `bson:"owner"`
 	// Run is the run the runner belongs to (WithRunID).
 	Run string `bson:"run"`
-	// ClaimedAt is when the lease was taken.
+	// ClaimedAt is when the slot was taken, by the server's clock.
 	ClaimedAt time.Time `bson:"claimed_at"`
-	// Until is when the lease expires: from then on another runner may
-	// claim the envelope (claim N+1).
+	// Until is when the lease expires (the server's clock): from then on
+	// another runner may take the next slot. Its holder moves it forward
+	// while it works (every third of the lease).
 	Until time.Time `bson:"until"`
-	// InFlight is set by the runner just before it sends the envelope's
-	// update, replace or delete to the target. A claim still on record
-	// with InFlight set, and no try of the envelope recorded since its
-	// ClaimedAt, is a write whose result nobody saw: the runner died
-	// (or lost the DLQ) between sending it and marking the envelope. The
-	// next runner holds the envelope for an operator instead of running
-	// it again (envelope.FieldReplayHold).
+	// InFlight marks a send token: slot N+1 of a claim N, inserted by the
+	// claim's holder just before it sends the envelope's update, replace
+	// or delete to the target. A send token still on record with no try
+	// of the envelope recorded since its ClaimedAt is a write whose
+	// result nobody saw: the runner died (or lost the DLQ) between
+	// sending it and marking the envelope. The next runner holds the
+	// envelope for an operator instead of running it again
+	// (envelope.FieldReplayHold).
 	InFlight bool `bson:"in_flight,omitempty"`
 }
 
@@ -70,47 +76,94 @@ func randomID() string {
 type claimed struct {
 	envs   []stored
 	leases []string
-	// leaseOf maps an envelope's key to the id of this runner's lease.
+	// leaseOf maps an envelope's key to the id of this runner's claim;
+	// claimOf to the claim itself.
 	leaseOf map[string]string
-	// stale are the ids of the earlier claims of the envelopes (expired),
-	// deleted once the envelopes are marked.
+	claimOf map[string]Lease
+	// stale are the ids of the earlier slots of the envelopes, deleted
+	// once the envelopes are marked (those taken before the claim only).
 	stale []string
-	// inFlight maps the key of an envelope with an earlier claim marked
-	// InFlight to the latest such claim's ClaimedAt.
+	// inFlight maps the key of an envelope with an earlier send token
+	// (Lease.InFlight) to the latest one's ClaimedAt; known holds the ids
+	// of those send tokens, as seen at the claim.
 	inFlight map[string]time.Time
+	known    map[string]bool
+	// at is the time of the claim (the server's).
+	at time.Time
 	// held counts the candidates another runner held.
 	held int
 }
 
-// leaseState is the latest claim on record of one envelope, and the
-// latest of its claims marked in flight (zero when none).
+// leaseState is the latest slot on record of one envelope, and the
+// latest of its send tokens (zero when none) with the ids of all of them.
 type leaseState struct {
 	n        int
 	until    time.Time
 	inFlight time.Time
+	tokens   []string
 }
 
 // claim takes a lease on each candidate no other runner holds, then reads
 // back the envelopes it got that the query still selects (another runner
 // may have replayed one between the candidates' read and the claim) and
-// releases the others.
+// releases the others. Times are the server's (serverClock).
 func (r *runner) claim(ctx context.Context, q bson.D, ids []bson.RawValue) (claimed, error) {
 	var cl claimed
+	if err := r.cfg.clock.sync(ctx); err != nil {
+		return cl, err
+	}
+	tried, states, held, err := r.nextSlots(ctx, ids)
+	cl.held = held
+	if err != nil {
+		return cl, err
+	}
+	docs := make([]any, len(tried))
+	for i := range tried {
+		docs[i] = tried[i]
+	}
+	won, lost, err := r.insertLeases(ctx, docs, tried)
+	cl.held += lost
+	if err != nil || len(won) == 0 {
+		return cl, err
+	}
+	cl.at = won[0].ClaimedAt
+	cl.inFlight, cl.known, cl.claimOf = map[string]time.Time{}, map[string]bool{}, make(map[string]Lease, len(won))
+	for _, l := range won {
+		cl.claimOf[l.Key] = l
+		for n := range l.N {
+			cl.stale = append(cl.stale, l.Key+"."+strconv.Itoa(n))
+		}
+		st := states[l.Key]
+		if !st.inFlight.IsZero() {
+			cl.inFlight[l.Key] = st.inFlight
+		}
+		for _, id := range st.tokens {
+			cl.known[id] = true
+		}
+	}
+	return r.readClaimed(ctx, q, won, cl)
+}
+
+// nextSlots returns the claims to insert for ids: for each envelope no
+// live lease holds, the slot after its latest on record (the server's
+// time now, until a lease ahead); the lease states read; and how many a
+// live lease held.
+func (r *runner) nextSlots(ctx context.Context, ids []bson.RawValue) ([]Lease, map[string]leaseState, int, error) {
 	keys := make([]string, len(ids))
 	for i, id := range ids {
 		keys[i] = leaseKey(id)
 	}
 	states, err := r.leaseStates(ctx, keys)
 	if err != nil {
-		return cl, err
+		return nil, nil, 0, err
 	}
-	now := r.cfg.now().UTC().Truncate(time.Millisecond)
-	var docs []any
+	now := r.cfg.serverNow()
 	var tried []Lease
+	held := 0
 	for i, k := range keys {
 		st, ok := states[k]
 		if ok && st.until.After(now) {
-			cl.held++
+			held++
 			continue
 		}
 		l := Lease{Key: k, EnvelopeID: ids[i], Owner: r.owner, Run: r.cfg.run, ClaimedAt: now, Until: now.Add(r.cfg.lease)}
@@ -118,24 +171,9 @@ func (r *runner) claim(ctx context.Context, q bson.D, ids []bson.RawValue) (clai
 			l.N = st.n + 1
 		}
 		l.ID = k + "." + strconv.Itoa(l.N)
-		docs = append(docs, l)
 		tried = append(tried, l)
 	}
-	won, lost, err := r.insertLeases(ctx, docs, tried)
-	cl.held += lost
-	if err != nil || len(won) == 0 {
-		return cl, err
-	}
-	cl.inFlight = map[string]time.Time{}
-	for _, l := range won {
-		for n := range l.N {
-			cl.stale = append(cl.stale, l.Key+"."+strconv.Itoa(n))
-		}
-		if st := states[l.Key]; !st.inFlight.IsZero() {
-			cl.inFlight[l.Key] = st.inFlight
-		}
-	}
-	return r.readClaimed(ctx, q, won, cl)
+	return tried, states, held, nil
 }
 
 // readClaimed reads the envelopes of the leases won that q still selects,
@@ -178,8 +216,8 @@ func leaseIDs(ls []Lease) []string {
 	return out
 }
 
-// leaseStates returns the latest claim on record of each envelope key,
-// with the latest ClaimedAt of its claims marked InFlight.
+// leaseStates returns the latest slot on record of each envelope key,
+// with the latest ClaimedAt of its send tokens and their ids.
 func (r *runner) leaseStates(ctx context.Context, keys []string) (map[string]leaseState, error) {
 	var ls []Lease
 	err := retry(ctx, func() error {
@@ -201,8 +239,11 @@ func (r *runner) leaseStates(ctx context.Context, keys []string) (map[string]lea
 		if !ok || l.N > st.n {
 			st.n, st.until = l.N, l.Until
 		}
-		if l.InFlight && l.ClaimedAt.After(st.inFlight) {
-			st.inFlight = l.ClaimedAt
+		if l.InFlight {
+			st.tokens = append(st.tokens, l.ID)
+			if l.ClaimedAt.After(st.inFlight) {
+				st.inFlight = l.ClaimedAt
+			}
 		}
 		out[l.Key] = st
 	}
@@ -228,8 +269,8 @@ func (r *runner) insertLeases(ctx context.Context, docs []any, tried []Lease) (w
 	})
 	if err != nil {
 		// Which inserts the server applied is unknown: give back all of
-		// them (deleting a lease that is not ours cannot happen: its
-		// _id would have been ours).
+		// them (release deletes this runner's only: another runner may
+		// hold one of these slots).
 		r.release(ctx, ids)
 		return nil, 0, fmt.Errorf("replay: claiming envelopes: %w", err)
 	}
@@ -288,22 +329,9 @@ func (r *runner) ownLeases(ctx context.Context, ids []string, claimedAt time.Tim
 	return out, nil
 }
 
-// markInFlight sets InFlight on the leases ids (see Lease.InFlight),
-// before their envelopes' writes are sent.
-func (r *runner) markInFlight(ctx context.Context, ids []string) error {
-	err := retry(ctx, func() error {
-		_, err := r.cfg.leases.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "in_flight", Value: true}}}})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("replay: marking leases in flight (nothing was sent): %w", err)
-	}
-	return nil
-}
-
-// release deletes leases; after ctx ended it still tries, for up to
-// 10 s. A failure leaves them to expire.
+// release deletes this runner's leases ids (its owner checked: a slot it
+// tried may be another's); after ctx ended it still tries, for up to 10 s.
+// A failure leaves them to expire.
 func (r *runner) release(ctx context.Context, ids []string) {
 	if len(ids) == 0 {
 		return
@@ -314,7 +342,28 @@ func (r *runner) release(ctx context.Context, ids []string) {
 		defer cancel()
 	}
 	_ = retry(ctx, func() error {
-		_, err := r.cfg.leases.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+		_, err := r.cfg.leases.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "owner", Value: r.owner}})
+		return err
+	})
+}
+
+// releaseStale deletes the earlier slots ids of envelopes this runner
+// marked, those taken before its claim at only: a slot number is used
+// again once its envelope's slots were all deleted (a complete replay, an
+// operator's clean-up), and a later claim under a reused id is another
+// runner's.
+func (r *runner) releaseStale(ctx context.Context, ids []string, at time.Time) {
+	if len(ids) == 0 {
+		return
+	}
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+	}
+	_ = retry(ctx, func() error {
+		_, err := r.cfg.leases.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
+			{Key: "claimed_at", Value: bson.D{{Key: "$lt", Value: at}}}})
 		return err
 	})
 }

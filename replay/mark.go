@@ -35,11 +35,25 @@ func (r *runner) judge(entries []*entry) {
 // mark records the batch's outcomes in the DLQ with one unordered bulk
 // write of updateMany statements (one per distinct update), then records
 // each envelope as done by this run (see recordDone) and counts those
-// this runner recorded first. Every envelope of the batch gets
+// this runner recorded first. Envelopes whose claim was lost are left
+// out (counted in Result.LeasesLost). Every envelope of the batch gets
 // replay_run and replay_tried_at, so that no runner of this run tries it
 // again.
-func (r *runner) mark(ctx context.Context, entries []*entry) error {
-	now := r.cfg.now().UTC().Truncate(time.Millisecond)
+func (r *runner) mark(ctx context.Context, all []*entry) error {
+	// An envelope whose claim was lost is its new owner's to mark.
+	entries := make([]*entry, 0, len(all))
+	for _, e := range all {
+		if e.out == outLost {
+			r.res.LeasesLost++
+			r.problem(e, "lost")
+			continue
+		}
+		entries = append(entries, e)
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	now := r.cfg.serverNow()
 	if err := r.writeMarks(ctx, now, entries); err != nil {
 		return fmt.Errorf("replay: recording the outcomes of a batch in the dead-letter collection "+
 			"(the documents written stay pending and will be recognised by _id on the next run): %w", err)

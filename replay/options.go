@@ -64,11 +64,14 @@ type config struct {
 	withheld  WithheldFunc
 	workers   int
 	lease     time.Duration
+	leaseSet  bool // WithLease was given
 	leases    *mongo.Collection
-	owner     string
-	run       string
-	errs      []error
-	now       func() time.Time
+	// clock is the server's clock (set by Run and Discard); nil: now.
+	clock *serverClock
+	owner string
+	run   string
+	errs  []error
+	now   func() time.Time
 
 	into              []string
 	ops               Operations
@@ -90,6 +93,24 @@ func (c *config) allowed(ns string) bool {
 		}
 	}
 	return false
+}
+
+// serverNow is the time a runner writes in and compares with the lease
+// collection and records in the DLQ: the server's (serverClock), in UTC
+// to the millisecond.
+func (c *config) serverNow() time.Time {
+	if c.clock != nil {
+		return c.clock.now()
+	}
+	return c.now().UTC().Truncate(time.Millisecond)
+}
+
+// startClock reads the server's clock through the lease collection's
+// database, and fails when it is off from this host's by more than the
+// lease (ErrClockSkew).
+func (c *config) startClock(ctx context.Context) error {
+	c.clock = &serverClock{local: c.now, db: c.leases.Database(), lease: c.lease}
+	return c.clock.sync(ctx)
 }
 
 func newConfig(opts []Option) *config {
@@ -198,21 +219,23 @@ func WithWorkers(n int) Option {
 	})
 }
 
-// WithLease sets how long a runner holds the envelopes it claimed
-// (default DefaultLease, at least MinLease). A runner that stops without
-// releasing them (a crash, a lost connection) blocks them for this long;
-// a runner that takes longer than this over one batch may see another
-// runner take its envelopes (the insert of an original then meets its
-// own _id and is recognised; an update, replace or delete it was sending
-// is held for an operator: see the package documentation). The runners'
-// clocks must agree to well within it.
+// WithLease sets how long a claim lasts without renewal (default
+// DefaultLease, at least MinLease; for Discard, DefaultDiscardLease). A
+// runner renews its leases every third of it while it works on their
+// envelopes, so a runner that stops (killed, paused, cut off from the
+// DLQ) blocks them for at most this long before another may take them
+// over. A runner that lost its claim that way sends no update, replace or
+// delete of it (see the package documentation, Fencing); an insert it
+// sends meets its own _id and is recognised. Lease times are the
+// server's (hello's localTime): a host whose clock is off by more than
+// the lease is refused (ErrClockSkew).
 func WithLease(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d < MinLease {
 			c.errs = append(c.errs, fmt.Errorf("replay: WithLease(%v): want at least %v", d, MinLease))
 			return
 		}
-		c.lease = d
+		c.lease, c.leaseSet = d, true
 	})
 }
 

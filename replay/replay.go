@@ -72,8 +72,8 @@ type Problem struct {
 	EnvelopeID bson.RawValue
 	// Fingerprint is the envelope's fingerprint.
 	Fingerprint string
-	// Outcome is "conflict", "failed", "skipped", "refused", "held" or
-	// "quarantined".
+	// Outcome is "conflict", "failed", "skipped", "refused", "held",
+	// "quarantined" or "lost" (Result.LeasesLost).
 	Outcome string
 	// Code is the server's error code (0 for skips and client errors).
 	Code int32
@@ -97,6 +97,13 @@ type Result struct {
 	// LeasesHeld counts the times a runner met a selected envelope that
 	// another runner held (it waits for those, then looks again).
 	LeasesHeld int64
+	// LeasesLost counts the updates, replaces and deletes not sent
+	// because their claim was lost before the send (the runner was
+	// paused past its lease and another took the envelope over, or an
+	// operator edited the lease collection): left to their new owner,
+	// not marked by this runner; each is listed in Problems (outcome
+	// "lost").
+	LeasesLost int64
 	// Problems lists up to 100 conflicts, failures, skips, refusals,
 	// holds and quarantines.
 	Problems []Problem
@@ -139,9 +146,10 @@ var ErrDryRunUnsupported = errors.New("dry run unsupported on this server")
 // pending and its lease is released or expires. It returns an error at
 // once for bad options (every one named; a bad filter wraps
 // dlq.ErrBadFilter), for a nil dlq or target, when the target's
-// namespace is unknown and the filter names none, and, for a dry run, when
-// the validator cannot be read or the server cannot evaluate it
-// (ErrDryRunUnsupported).
+// namespace is unknown and the filter names none, when this host's clock is
+// off from the server's by more than the lease (an error wrapping
+// ErrClockSkew: nothing claimed), and, for a dry run, when the validator
+// cannot be read or the server cannot evaluate it (ErrDryRunUnsupported).
 func Run(ctx context.Context, dlq *mongo.Collection, target writeguard.Collection, opts ...Option) (Result, error) {
 	cfg := newConfig(opts)
 	start := cfg.now()
@@ -184,6 +192,9 @@ func Run(ctx context.Context, dlq *mongo.Collection, target writeguard.Collectio
 	}
 	if cfg.owner == "" {
 		cfg.owner = randomID()
+	}
+	if err := cfg.startClock(ctx); err != nil {
+		return res, err
 	}
 	if err := ensureLeases(ctx, cfg.leases); err != nil {
 		return res, err
@@ -237,7 +248,7 @@ func drain(ctx context.Context, cfg *config, dlq *mongo.Collection, target write
 	// and those tried by anyone since this run started (another process,
 	// with its own run id) are not tried again by this run: so that
 	// every run ends, and each try is a real one.
-	since := start.UTC().Truncate(time.Millisecond)
+	since := cfg.serverNow()
 	q = bson.D{{Key: "$and", Value: bson.A{q,
 		bson.D{{Key: "replay_run", Value: bson.D{{Key: "$ne", Value: cfg.run}}}},
 		bson.D{{Key: "$or", Value: bson.A{
@@ -321,6 +332,7 @@ func (r *Result) add(o *Result) {
 	r.ReplayedByDuplicate += o.ReplayedByDuplicate
 	r.TargetDeadLettered += o.TargetDeadLettered
 	r.LeasesHeld += o.LeasesHeld
+	r.LeasesLost += o.LeasesLost
 	for _, p := range o.Problems {
 		if len(r.Problems) < maxProblems {
 			r.Problems = append(r.Problems, p)

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 )
 
@@ -22,8 +23,9 @@ type stored struct {
 	// ReplayHold is envelope.FieldReplayHold.
 	ReplayHold string `bson:"replay_hold,omitempty"`
 	// decodeErr says why the envelope cannot be decoded
-	// (envelope.DecodeError: which field, never its value); it is
-	// skipped, and nothing else of its batch is held up.
+	// (envelope.DecodeError: which field, never its value) or its
+	// original cannot be reassembled from its pieces; it is skipped, and
+	// nothing else of its batch is held up.
 	decodeErr string
 }
 
@@ -87,10 +89,16 @@ func (r *runner) pass(ctx context.Context, q bson.D) (held bool, err error) {
 			return held, err
 		}
 		last = ids[len(ids)-1]
+		// The rate's wait comes before the claim (a claim held through
+		// it could lapse); what is claimed counts as sent.
+		if err := r.pace(ctx, 0); err != nil {
+			return held, err
+		}
 		cl, err := r.claim(ctx, q, ids)
 		if err != nil {
 			return held, err
 		}
+		r.sent += int64(len(cl.envs))
 		if cl.held > 0 {
 			held = true
 			r.res.LeasesHeld += int64(cl.held)
@@ -150,6 +158,9 @@ func (r *runner) read(ctx context.Context, q bson.D, n int) ([]stored, error) {
 			if v, ok := cur.Current.Lookup(envelope.FieldReplayHold).StringValueOK(); ok {
 				s.ReplayHold = v
 			}
+			if err := r.reassemble(ctx, &s); err != nil {
+				return nil, err
+			}
 		}
 		out = append(out, s)
 	}
@@ -159,42 +170,62 @@ func (r *runner) read(ctx context.Context, q bson.D, n int) ([]stored, error) {
 	return out, nil
 }
 
+// reassemble gives s its original when it was set apart in pieces
+// (envelope.Envelope.OriginalPieces): read from the DLQ's side collection
+// and checked (dlq.ReadOriginal). An envelope whose pieces are missing or
+// damaged is skipped with the reason; a read that fails is an error.
+func (r *runner) reassemble(ctx context.Context, s *stored) error {
+	if s.OriginalPieces == nil {
+		return nil
+	}
+	orig, err := dlq.ReadOriginal(ctx, r.dlq, s.Envelope)
+	switch {
+	case errors.Is(err, dlq.ErrPiecesMissing):
+		s.decodeErr = "original stored in pieces cannot be reassembled: " + err.Error()
+	case err != nil:
+		return fmt.Errorf("replay: %w", err)
+	default:
+		s.Original = orig
+	}
+	return nil
+}
+
 // process replays a claimed batch and releases its leases, and once the
-// envelopes are marked the earlier claims of them. The leases of writes
-// sent (marked in flight) and not marked are kept, to expire: the next
-// runner then holds those envelopes (see Lease.InFlight).
+// envelopes are marked their earlier slots. The leases are renewed while
+// it works. The send tokens of writes sent and not marked are kept, to
+// expire: the next runner then holds those envelopes (see Lease.InFlight).
 func (r *runner) process(ctx context.Context, cl claimed) error {
-	st := &batchState{keep: map[string]bool{}}
+	st := &batchState{tokens: newLeaseSet(), work: newLeaseSet(cl.leases...)}
+	stop := r.renew(ctx, st.work)
 	defer func() {
-		ids := make([]string, 0, len(cl.leases)+len(cl.stale))
-		for _, id := range cl.leases {
-			if !st.keep[id] {
-				ids = append(ids, id)
-			}
-		}
+		stop()
+		ids := cl.leases
 		if st.marked {
-			ids = append(ids, cl.stale...)
+			ids = append(ids, st.tokens.list()...)
 		}
 		r.release(ctx, ids)
+		if st.marked {
+			r.releaseStale(ctx, cl.stale, cl.at)
+		}
 	}()
-	if err := r.pace(ctx, len(cl.envs)); err != nil {
-		return err
-	}
 	return r.batch(ctx, cl, st)
 }
 
 // batchState is what process needs to know of a batch at its end.
 type batchState struct {
-	// keep holds the lease ids marked in flight, until the batch is
-	// marked.
-	keep map[string]bool
+	// tokens holds the send tokens taken: released once the batch is
+	// marked, else kept to expire (see Lease.InFlight).
+	tokens *leaseSet
+	// work holds the leases renewed while the batch runs: the claims,
+	// then the send tokens too.
+	work *leaseSet
 	// marked is set once the outcomes are recorded in the DLQ.
 	marked bool
 }
 
-// pace waits, with a rate limit, until sending n more envelopes keeps the
+// pace waits, with a rate limit, until sending more envelopes keeps the
 // average at or below the rate (counting from the start of the run, the
-// envelopes already sent are due at sent/rate).
+// envelopes already sent are due at sent/rate), then counts n more sent.
 func (r *runner) pace(ctx context.Context, n int) error {
 	defer func() { r.sent += int64(n) }()
 	if r.cfg.rate <= 0 || r.sent == 0 {
@@ -220,12 +251,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // batch replays one claimed batch: prepare, send (the updates, replaces
-// and deletes marked in flight first), hold what may have been applied,
+// and deletes fenced first: see fence), hold what may have been applied,
 // judge, mark. It returns an error when every write of the batch failed,
 // none with an error of its own (the target is unreachable, say).
 func (r *runner) batch(ctx context.Context, cl claimed, st *batchState) error {
 	entries, send := r.prepare(ctx, cl.envs, cl.inFlight)
-	writeErr, err := r.sendAll(ctx, cl, st, send)
+	send, writeErr, err := r.sendAll(ctx, cl, st, send)
 	if err != nil {
 		return err
 	}
@@ -245,7 +276,7 @@ func (r *runner) batch(ctx context.Context, cl claimed, st *batchState) error {
 
 // markBatch records the outcomes of a batch in the DLQ, even when ctx
 // ended meanwhile (Ctrl-C): the writes are done, their outcomes known;
-// for up to 10 s then. Once marked, the leases kept in flight can go.
+// for up to 10 s then. Once marked, the send tokens can go.
 func (r *runner) markBatch(ctx context.Context, entries []*entry, st *batchState) error {
 	mctx := ctx
 	if ctx.Err() != nil {
@@ -257,7 +288,6 @@ func (r *runner) markBatch(ctx context.Context, entries []*entry, st *batchState
 		return err
 	}
 	st.marked = true
-	clear(st.keep)
 	return nil
 }
 

@@ -26,6 +26,9 @@ const (
 	outSkipped
 	outRefused
 	outHeld
+	// outLost: an update, replace or delete whose claim was lost before
+	// its send (see fence): not sent, not marked, left to its new owner.
+	outLost
 )
 
 // The hold reasons (envelope.FieldReplayHold) of an update, replace or
@@ -38,7 +41,7 @@ const (
 )
 
 var outcomeNames = [...]string{"pending", "replayed", "replayed_by_duplicate", "still_invalid", "dead_lettered_by_target",
-	"duplicate", "conflict", "failed", "skipped", "refused", "held"}
+	"duplicate", "conflict", "failed", "skipped", "refused", "held", "lost"}
 
 func (o outcome) String() string { return outcomeNames[o] }
 
@@ -69,7 +72,7 @@ type entry struct {
 
 // prepare turns a batch into entries and returns those to send (the
 // others are skipped, refused or held). inFlight maps envelope keys to
-// the time of an earlier claim marked in flight (claimed.inFlight).
+// the time of an earlier send token (claimed.inFlight).
 func (r *runner) prepare(ctx context.Context, envs []stored, inFlight map[string]time.Time) (entries, send []*entry) {
 	entries = make([]*entry, len(envs))
 	for i := range envs {
@@ -120,33 +123,28 @@ func (r *runner) prepare(ctx context.Context, envs []stored, inFlight map[string
 	return entries, send
 }
 
-// sendAll sends the entries of send, grouped by their call options. The
-// leases of updates, replaces and deletes, which are not idempotent by
-// _id as inserts are, say "in flight" while they are sent (kept in st).
-// It returns the first error of a whole write, and the error of marking
-// the leases (nothing is sent then).
-func (r *runner) sendAll(ctx context.Context, cl claimed, st *batchState, send []*entry) (writeErr, err error) {
+// sendAll sends the entries of send, grouped by their call options, and
+// returns those it sent. The updates, replaces and deletes, which are not
+// idempotent by _id as inserts are, are fenced first (see fence): their
+// send tokens say "in flight" while they are sent (kept in st), and those
+// whose claim was lost are not sent (outLost). It returns the first error
+// of a whole write, and the error of fencing (nothing is sent then).
+func (r *runner) sendAll(ctx context.Context, cl claimed, st *batchState, send []*entry) (sent []*entry, writeErr, err error) {
 	if len(send) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	var flying []string
+	if err := r.fence(ctx, cl, st, send); err != nil {
+		return nil, nil, err
+	}
 	for _, e := range send {
-		if !e.insert {
-			flying = append(flying, cl.leaseOf[leaseKey(e.env.ID)])
+		if e.out != outLost {
+			sent = append(sent, e)
 		}
 	}
-	if len(flying) > 0 {
-		if err := r.markInFlight(ctx, flying); err != nil {
-			return nil, err
-		}
-		for _, id := range flying {
-			st.keep[id] = true
-		}
-	}
-	for _, group := range byCallOptions(send) {
+	for _, group := range byCallOptions(sent) {
 		r.send(ctx, group, &writeErr)
 	}
-	return writeErr, nil
+	return sent, writeErr, nil
 }
 
 // holdAmbiguous holds the updates, replaces and deletes of send that

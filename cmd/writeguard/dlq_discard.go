@@ -26,7 +26,9 @@ one pending again). At least one filter, or --all, is required.
 An envelope a running replay holds is not discarded: the replay writes it
 or records why not. The command says how many it left and exits 1; run it
 again once the replay has ended. (--status quarantined discards
-quarantined envelopes.)
+quarantined envelopes.) The discard claims the envelopes it marks with
+leases in <dlq>_leases, as replays do, renewed while it runs; one that
+dies blocks replays of what it had claimed for --lease at most.
 
 --id ID discards the envelope with that _id, and --undecodable every
 envelope the filters select that cannot be decoded, whatever their status
@@ -50,7 +52,7 @@ func dlqDiscard(ctx context.Context, dlq *mongo.Collection, filter deadletter.Fi
 		// Through replay's leases: an envelope a running replay holds is
 		// not discarded, and the replay does not write one discarded.
 		var d replay.DiscardResult
-		d, err = replay.Discard(ctx, dlq, filter)
+		d, err = replay.Discard(ctx, dlq, filter, replay.WithLease(f.lease))
 		count, busy = d.Discarded, d.Busy
 		if err == nil && busy > 0 {
 			defer fmt.Fprintf(stderr, "writeguard dlq discard: %s not discarded: a running replay holds them "+

@@ -14,6 +14,7 @@ import (
 	deadletter "github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/jsonschema"
+	"github.com/writeguard/writeguard/replay"
 )
 
 // dlqFlags are the flags every dlq command takes.
@@ -87,6 +88,8 @@ func dlqFlagSet(cmd string, f *dlqFlags) *flag.FlagSet {
 		fs.BoolVar(&f.all, "all", false, "discard every pending envelope (when no filter is given)")
 		fs.BoolVar(&f.undecodable, "undecodable", false, "discard the envelopes that cannot be decoded (a field of the wrong type), whatever their status")
 		fs.Var(&f.ids, "id", "discard the envelope with this `_id` (list --json's id, or as dlq list prints it), whatever it holds; repeatable")
+		fs.DurationVar(&f.lease, "lease", replay.DefaultDiscardLease, "how long a claim of the discard lasts without renewal (`DURATION`; renewed while it runs): "+
+			"a discard that dies blocks replays of the envelopes it claimed this long")
 	}
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), dlqCommandHelp[cmd])
@@ -118,6 +121,8 @@ func checkDLQArgs(cmd string, pos []string, f dlqFlags) (deadletter.Filter, bson
 		return none, nil, fmt.Sprintf("-limit %d: want ≥ 0", f.limit)
 	case cmd == "replay" && checkReplayFlags(f) != "":
 		return none, nil, checkReplayFlags(f)
+	case cmd == "discard" && f.lease < replay.MinLease:
+		return none, nil, fmt.Sprintf("-lease %v: want at least %v", f.lease, replay.MinLease)
 	}
 	if d, err := os.Stat(f.dataDir); f.dataDir != "" && (err != nil || !d.IsDir()) {
 		return none, nil, fmt.Sprintf("-data-dir %s: not a directory (run 'writeguard demo --data-dir %s' first)", f.dataDir, f.dataDir)

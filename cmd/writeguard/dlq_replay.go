@@ -468,6 +468,9 @@ func printReplay(w io.Writer, outs []replayOut, f dlqFlags, validator bson.D) {
 		if o.Quarantined > 0 {
 			line("quarantined", o.Quarantined, "failed too often: skipped from now on (-include-quarantined)")
 		}
+		if o.LeasesLost > 0 {
+			line("lost", o.LeasesLost, "claim lost before the send (paused past the lease): not sent, left to the replay that took it over")
+		}
 		for i, p := range o.Problems {
 			if i == 10 {
 				fmt.Fprintf(w, "  ... %d more problems (--json lists up to 100)\n", len(o.Problems)-10)
@@ -500,7 +503,7 @@ func dryRun(ctx context.Context, dlq *mongo.Collection, target writeguard.Collec
 		return res, err
 	}
 	t0 := time.Now()
-	cur, err := dlq.Find(ctx, q, options.Find().SetProjection(bson.D{{Key: "original", Value: 1}, {Key: "original_truncated", Value: 1}, {Key: "original_redacted", Value: 1}, {Key: "operation", Value: 1}}))
+	cur, err := dlq.Find(ctx, q, options.Find().SetProjection(bson.D{{Key: "original", Value: 1}, {Key: "original_truncated", Value: 1}, {Key: "original_redacted", Value: 1}, {Key: "original_pieces", Value: 1}, {Key: "operation", Value: 1}}))
 	if err != nil {
 		return res, err
 	}
@@ -542,16 +545,17 @@ func clientValidator(ctx context.Context, target writeguard.Collection, validato
 
 // tallyDryRun counts the envelope raw into a client-side dry run's res:
 // undetermined when its original cannot be replayed as stored (missing,
-// cut, redacted, a bulk write's), else whether v passes it (nil v: no
-// validator, it passes).
+// cut, redacted, kept in pieces, a bulk write's), else whether v passes it
+// (nil v: no validator, it passes).
 func tallyDryRun(res *replay.Result, raw bson.Raw, v *jsonschema.Validator) {
 	res.Matched++
 	res.Scanned++
 	op, _ := raw.Lookup("operation").StringValueOK()
 	tr, _ := raw.Lookup("original_truncated").BooleanOK()
 	rd, _ := raw.Lookup("original_redacted").BooleanOK()
+	_, apart := raw.LookupErr("original_pieces") // kept in pieces: not evaluated here
 	orig, ok := raw.Lookup("original").DocumentOK()
-	if !ok || tr || rd || op == "bulkWrite" {
+	if !ok || tr || rd || apart == nil || op == "bulkWrite" {
 		res.Undetermined++
 		return
 	}

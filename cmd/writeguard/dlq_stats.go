@@ -61,6 +61,11 @@ func statsJSON(s deadletter.Summary, f dlqFlags) map[string]any {
 	if s.DiscardedUndecodable > 0 {
 		out["undecodable_discarded"] = s.DiscardedUndecodable
 	}
+	if s.InPieces > 0 || s.Pieces.Sets > 0 {
+		out["in_pieces"] = s.InPieces
+		out["pieces"] = map[string]int64{"sets": s.Pieces.Sets, "pieces": s.Pieces.Pieces, "bytes": s.Pieces.Bytes,
+			"orphans": s.Pieces.Orphans, "unnamed": s.Pieces.Unnamed, "incomplete": s.Pieces.Incomplete}
+	}
 	return out
 }
 
@@ -83,6 +88,10 @@ func printStats(stdout io.Writer, s deadletter.Summary, f dlqFlags) {
 	}
 	if s.DiscardedUndecodable > 0 {
 		fmt.Fprintf(stdout, "%s that cannot be decoded %s discarded (not counted above)\n", plural(s.DiscardedUndecodable, "envelope"), wasWere(s.DiscardedUndecodable))
+	}
+	if p := s.Pieces; s.InPieces > 0 || p.Sets > 0 {
+		fmt.Fprintf(stdout, "%s kept in pieces (%s_pieces: %s, %s); %s orphaned, %s incomplete\n", plural(s.InPieces, "original"),
+			f.coll, plural(p.Sets, "set"), plural(p.Bytes, "byte"), n(p.Orphans), n(p.Incomplete))
 	}
 	printStatsGroups(stdout, s)
 }

@@ -70,15 +70,17 @@ func (c *dlInsertCounter) total() int64 {
 }
 
 // dlCrashTarget writes through its target, and on its crashAt-th
-// BulkWrite calls reached (the other runners start then), writes, lets the
-// others run for a moment, then cuts the runner off from the DLQ (its
-// client disconnected) and cancels its context: a runner dying between
-// the write and the marking of its envelopes, leases held.
+// BulkWrite calls reached (the other runners start then), writes, waits
+// until another runner has marked a batch (others), then cuts the runner
+// off from the DLQ (its client disconnected) and cancels its context: a
+// runner dying between the write and the marking of its envelopes,
+// leases held.
 type dlCrashTarget struct {
 	*writeguard.Guarded
 	crashAt   int
 	calls     int
 	reached   func()
+	others    <-chan struct{}
 	crash     func()
 	wroteLast int
 }
@@ -91,7 +93,10 @@ func (c *dlCrashTarget) BulkWrite(ctx context.Context, models []mongo.WriteModel
 	res, err := c.Guarded.BulkWrite(ctx, models, opts...)
 	if c.calls == c.crashAt {
 		c.wroteLast = len(models)
-		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-c.others:
+		case <-ctx.Done():
+		}
 		c.crash()
 	}
 	return res, err
@@ -154,7 +159,8 @@ func dlSeedBacklog(t *testing.T, b *dlBed, n int) {
 // as 4 processes would have) drain a backlog of pending envelopes at once
 // (see dlConcurrentSize); one dies mid-batch, after writing its first
 // batch to the target and before marking it (the other three start when
-// it has claimed that batch, so it always has one). Its leases expire and the others take its envelopes over,
+// it has claimed that batch, so it always has one, and it dies once one
+// of them has marked a batch: events, not times). Its leases expire and the others take its envelopes over,
 // meeting their documents by _id. In the end every envelope is replayed
 // once: the runners' counts add up to 5,000, the server acknowledged
 // 5,000 inserts into the target in all (no document written twice), and
@@ -184,8 +190,9 @@ func TestDLReplayConcurrentRunners(t *testing.T) {
 	outs := make([]outcome, runners)
 	var crash *dlCrashTarget
 	var wg sync.WaitGroup
-	started := make(chan struct{})
+	started, othersMarked := make(chan struct{}), make(chan struct{})
 	start := sync.OnceFunc(func() { close(started) })
+	marked := sync.OnceFunc(func() { close(othersMarked) })
 	t0 = time.Now()
 	for i := range runners {
 		dlqClient, targetClient := connect(), connect()
@@ -198,7 +205,7 @@ func TestDLReplayConcurrentRunners(t *testing.T) {
 		t.Cleanup(cancel)
 		var target writeguard.Collection = g
 		if i == runners-1 {
-			crash = &dlCrashTarget{Guarded: g, crashAt: 1, reached: start, crash: func() {
+			crash = &dlCrashTarget{Guarded: g, crashAt: 1, reached: start, others: othersMarked, crash: func() {
 				_ = dlqClient.Disconnect(context.Background())
 				cancel()
 			}}
@@ -208,6 +215,9 @@ func TestDLReplayConcurrentRunners(t *testing.T) {
 			replay.WithOwner(fmt.Sprintf("runner-%d", i)), replay.WithFilter(dlq.Filter{Namespaces: []string{b.ns()}})}
 		dlq := dlqClient.Database(b.dbName).Collection(dlDLQ)
 		dying := i == runners-1
+		if !dying {
+			opts = append(opts, replay.WithProgress(func(replay.Progress) { marked() }))
+		}
 		wg.Go(func() {
 			if !dying {
 				select {
@@ -479,15 +489,17 @@ func TestDLReplayTwoProcessesEnd(t *testing.T) {
 
 // TestDLReplayProcessKilledMidBatch: two "writeguard dlq replay"
 // processes with their own run ids; the first is killed (SIGKILL) in the
-// middle of its first batch, after its inserts and its updateOne ($inc)
-// reached the server and before it saw the update's reply, so before it
-// marked anything. The second waits for the dead process's leases to
-// expire and takes its batch over: it meets the dead process's inserts
-// by _id (each document written once) and holds the update, whose result
-// nobody saw, for an operator instead of running it again (the counter
-// is incremented once). It exits 3 and says so; the DLQ ends with every
-// insert replayed once, the update pending with replay_hold and its
-// reason, and no lease left; "dlq stats" counts it held.
+// middle of its first batch, once the server applied its updateOne
+// ($inc) and before the reply reached it (the proxy reports the event and
+// keeps the reply), so after its inserts and before it marked anything:
+// the lease collection holds its send token, the DLQ no mark. The second
+// takes its batch over once the dead process's leases expire: it meets
+// the dead process's inserts by _id (each document written once) and
+// holds the update, whose result nobody saw, for an operator instead of
+// running it again (the counter is incremented once). It exits 3 and says
+// so; the DLQ ends with every insert replayed once, the update pending
+// with replay_hold and its reason, and no lease left; "dlq stats" counts
+// it held. Every step waits for an event, not a time.
 func TestDLReplayProcessKilledMidBatch(t *testing.T) {
 	b := newDLBed(t, nil)
 	if _, err := b.ddb.Collection(dlTarget).InsertOne(b.ctx, dlDoc("_id", "counter", "n", int32(0))); err != nil {
@@ -510,37 +522,28 @@ func TestDLReplayProcessKilledMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The first process's update reaches the server, which applies it;
-	// its reply is held back long enough for the process to be killed
-	// waiting for it.
-	b.proxy.SetScript(faultproxy.MustScript(faultproxy.On("update").In(b.ns()).Always().Do(faultproxy.Delay(8 * time.Second))))
+	// its reply never comes back: the process is killed waiting for it.
+	applied := newDLHold(t)
+	applied.applied = true
+	b.proxy.SetScript(faultproxy.MustScript(faultproxy.On("update").In(b.ns()).Always().Do(applied.fault())))
 	args := []string{"--into", b.ns(), "--allow", "update", "--no-validator", "--batch", "40", "--lease", "3s"}
 	first := dlStartReplay(t, b, "first", b.proxy.URI(), args...)
-	counter := func() int32 {
-		var c struct{ N int32 }
-		if err := b.ddb.Collection(dlTarget).FindOne(b.ctx, bson.D{{Key: "_id", Value: "counter"}}).Decode(&c); err != nil {
-			t.Fatal(err)
-		}
-		return c.N
-	}
-	for deadline := time.Now().Add(60 * time.Second); counter() == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the first process never sent its update\nstderr: %s", first.stderr.String())
-		}
-		select {
-		case <-first.done:
-			t.Fatalf("the first process ended before its update: %v\nstderr: %s", first.err, first.stderr.String())
-		default:
-		}
-	}
+	applied.wait(t, "the first process's update")
 	written := b.count(dlTarget, bson.D{}) - 1
-	second := dlStartReplay(t, b, "second", dlServer.URI(), args...)
-	time.Sleep(300 * time.Millisecond) // the second meets the first's leases
 	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	<-first.done
-	t.Logf("the first process was killed after writing %d documents and its update; it marked nothing", written)
-
+	counter := func() int32 { return b.counters()["counter"] }
+	// Mid-batch: its update applied and its send token in flight, its
+	// inserts written, nothing marked.
+	tokens := b.count(dlDLQ+replay.LeaseCollectionSuffix, bson.D{{Key: "in_flight", Value: true}})
+	marked := b.count(dlDLQ, bson.D{{Key: "replay_tried_at", Value: bson.D{{Key: "$exists", Value: true}}}})
+	t.Logf("the first process was killed after writing %d documents and its update; send tokens %d, envelopes marked %d", written, tokens, marked)
+	if counter() != 1 || tokens != 1 || marked != 0 || written == 0 {
+		t.Fatalf("the kill was not mid-batch: counter %d, %d send tokens, %d envelopes marked, %d documents written", counter(), tokens, marked, written)
+	}
+	second := dlStartReplay(t, b, "second", dlServer.URI(), args...)
 	code := second.wait(t, 90*time.Second)
 	res := second.report(t)
 	t.Logf("second: exit %d: %+v, %d by duplicate, leases held by others met %d\nstderr: %s", code, res.Counts, res.ReplayedByDuplicate, res.LeasesHeld, second.stderr.String())
@@ -549,9 +552,6 @@ func TestDLReplayProcessKilledMidBatch(t *testing.T) {
 	}
 	if res.Replayed != inserts || res.Held != 1 || res.ReplayedByDuplicate != written || res.Failed+res.Conflicts+res.StillInvalid != 0 {
 		t.Errorf("second: %+v, %d by duplicate; want %d replayed (%d of them met by _id), 1 held", res.Counts, res.ReplayedByDuplicate, inserts, written)
-	}
-	if written == 0 || res.LeasesHeld == 0 {
-		t.Errorf("the first process wrote %d documents, the second met %d leases: the kill was not mid-batch", written, res.LeasesHeld)
 	}
 	if n := counter(); n != 1 {
 		t.Errorf("counter n = %d, want 1: the update in flight when its process died ran again", n)

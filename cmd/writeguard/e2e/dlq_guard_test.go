@@ -175,7 +175,7 @@ func TestDLReplayHoldsInFlightUpdate(t *testing.T) {
 	if n := b.count(dlDLQ+replay.LeaseCollectionSuffix, bson.D{{Key: "in_flight", Value: true}}); n != 1 {
 		t.Fatalf("%d leases marked in flight left by the dead runner, want 1 (the update's)", n)
 	}
-	time.Sleep(2 * replay.MinLease)
+	dlUntil(t, time.Minute, "the dead runner's leases expire", func() bool { return b.lapsed("") })
 
 	res, err := replayRun(b, b.replayTarget(), ops, replay.WithRunID("next"))
 	if err != nil || res.Replayed != 1 || res.ReplayedByDuplicate != 1 || res.Held != 1 || res.Failed != 0 {

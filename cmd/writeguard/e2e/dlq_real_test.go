@@ -99,11 +99,18 @@ func TestDLRealEnsureCollection(t *testing.T) {
 	if ttl, ok := dlTTLOf(t, db.Collection("dlq"), "last_seen"); !ok || ttl != dlq.DefaultTTL.Seconds() {
 		t.Errorf("TTL %v (%v), want %v", ttl, ok, dlq.DefaultTTL.Seconds())
 	}
+	// The pieces outlive their envelope by the orphan grace.
+	if fr, _ := rep.Feature(dlq.FeaturePieces); fr.State != dlq.FeatureApplied {
+		t.Errorf("pieces: %s", fr)
+	}
+	if ttl, ok := dlTTLOf(t, db.Collection("dlq"+dlq.PiecesCollectionSuffix), "at"); !ok || ttl != (dlq.DefaultTTL+dlq.OrphanGrace).Seconds() {
+		t.Errorf("pieces TTL %v (%v), want %v", ttl, ok, (dlq.DefaultTTL + dlq.OrphanGrace).Seconds())
+	}
 	rep, err = dlq.EnsureCollection(ctx, db, "dlq")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{dlq.FeatureCollection, dlq.FeatureValidator, dlq.FeatureFingerprintIndex, dlq.FeatureTTLIndex, dlq.FeatureStatusIndex} {
+	for _, f := range []string{dlq.FeatureCollection, dlq.FeatureValidator, dlq.FeatureFingerprintIndex, dlq.FeatureTTLIndex, dlq.FeatureStatusIndex, dlq.FeaturePieces} {
 		if rep.State(f) != dlq.FeatureAlready {
 			t.Errorf("second run: %s = %q, want already", f, rep.State(f))
 		}
