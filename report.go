@@ -219,7 +219,9 @@ type Report struct {
 	Hint string
 	// NoUniqueID is true when the target has no unique index on _id
 	// (declared with WithUniqueID(false), or learned by the call:
-	// a time-series collection), so a re-sent insert that may have
+	// a time-series collection), or when the call could not learn it
+	// within its bound (5 s, on a context of its own: never from the
+	// caller's expired context), so a re-sent insert that may have
 	// been applied could be stored twice (Report.Remaining leaves it out).
 	NoUniqueID bool
 
