@@ -58,6 +58,11 @@ type Conflict struct {
 // which counts as handled. Any other disposition, or a non-nil error, ends
 // the document as "conflict" with the error kept in its Outcome. Resolve
 // must be safe for concurrent use.
+//
+// A duplicate key met by an insert means a document with that key is
+// stored; met by an update or a replace (Conflict.IsUpdate) it means the
+// change was refused and nothing of it applied: a resolution for it drops
+// the change (C71).
 type ConflictHandler interface {
 	Resolve(ctx context.Context, c *Conflict) (policy.Disposition, error)
 }
