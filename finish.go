@@ -144,8 +144,8 @@ func maybeApplied(ctx context.Context) []int {
 //     (exhausted without MaybeWritten), is always sent again;
 //   - a dead_letter_failed input (the server refused it, and the
 //     dead-letter sink did not store it: issue 30) is sent again by the
-//     same rules, so that the call that finishes this one refuses and
-//     dead-letters it anew, on a context of its own.
+//     same rules, so that the call that finishes this one (on the
+//     caller's new context) is refused again and dead-letters it anew.
 //
 // Inputs with any other disposition (written, dead_lettered, conflict_*,
 // failed, written_unconfirmed, unacknowledged) are neither sent again nor
