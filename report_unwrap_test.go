@@ -120,3 +120,40 @@ func TestReportUnwrapsEachErrorOnce(t *testing.T) {
 		t.Errorf("%d network errors unwrapped for 50 inputs of one attempt, want 1", drivers)
 	}
 }
+
+// The driver errors of handled inputs come last: a document dead-lettered
+// on the first attempt (121) and one that ended unhandled on the second
+// (91): errors.As finds the unhandled input's error first, and the
+// dead-lettered one's is still reachable after it.
+func TestReportUnwrapsHandledInputsLast(t *testing.T) {
+	fake := mocks.NewFake("db.last").Validator(func(doc bson.Raw) (bson.Raw, bool) {
+		_, bad := doc.Lookup("bad").BooleanOK()
+		return nil, bad
+	}).Script(mocks.DocError("x", 91, "ShutdownInProgress"), mocks.DocError("x", 91, "ShutdownInProgress"))
+	fx := newFixture(t, fake, writeguard.WithBackoff(policy.Backoff{MaxAttempts: 2, Jitter: func() float64 { return 0.5 }}))
+	docs := []any{
+		bson.D{{Key: "_id", Value: "v"}, {Key: "bad", Value: true}},
+		bson.D{{Key: "_id", Value: "x"}},
+	}
+	_, err := fx.g.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	var r *writeguard.Report
+	if !errors.As(err, &r) {
+		t.Fatalf("err = %v, want a Report", err)
+	}
+	if got := dispositions(r); got[0] != writeguard.DeadLettered || got[1].Handled() {
+		t.Fatalf("dispositions %v, want [dead_lettered <unhandled>]", got)
+	}
+	var se mongo.ServerError
+	if !errors.As(err, &se) || !se.HasErrorCode(91) || se.HasErrorCode(121) {
+		t.Errorf("the first server error is %v, want the unhandled input's (91 only)", se)
+	}
+	var codes []bool
+	for _, e := range r.Unwrap() {
+		if s, ok := e.(mongo.ServerError); ok {
+			codes = append(codes, s.HasErrorCode(121))
+		}
+	}
+	if len(codes) != 2 || codes[0] || !codes[1] {
+		t.Errorf("server errors unwrapped (is the dead-lettered one's): %v, want [false true]", codes)
+	}
+}
