@@ -15,14 +15,18 @@ import (
 // Conflict describes one duplicate key (11000 DuplicateKey, or 11001,
 // 12582) handed to a ConflictHandler.
 type Conflict struct {
-	// Operation is insertOne, insertMany or bulkWrite.
+	// Operation is the guarded method's name (Report.Operation): insertOne,
+	// insertMany, bulkWrite, updateOne, updateByID, updateMany,
+	// replaceOne, findOneAndUpdate or findOneAndReplace.
 	Operation string
 	// Index is the position in the caller's input.
 	Index int
 	// Document is the document as sent (with its _id) for an insert, the
 	// replacement for a replace model, nil otherwise.
 	Document bson.Raw
-	// Model is the caller's write model (BulkWrite only).
+	// Model is the caller's write model (BulkWrite), or the write of a
+	// method of one write as a model (UpdateOne: an UpdateOneModel, ...);
+	// nil for InsertOne and InsertMany.
 	Model mongo.WriteModel
 	// KeyPattern and KeyValue name the unique index and the duplicated
 	// value ({email: 1} and {email: "a@x"}). Servers before 4.2 do not send
@@ -54,6 +58,11 @@ type Conflict struct {
 // which counts as handled. Any other disposition, or a non-nil error, ends
 // the document as "conflict" with the error kept in its Outcome. Resolve
 // must be safe for concurrent use.
+//
+// A duplicate key met by an insert means a document with that key is
+// stored; met by an update or a replace (Conflict.IsUpdate) it means the
+// change was refused and nothing of it applied: a resolution for it drops
+// the change (C71).
 type ConflictHandler interface {
 	Resolve(ctx context.Context, c *Conflict) (policy.Disposition, error)
 }
@@ -74,13 +83,46 @@ func ConflictFail() ConflictHandler {
 	})
 }
 
-// ConflictSkip treats every duplicate key as expected: the document is
-// dropped as "conflict_skipped" (handled). Use it when the stored document
-// is known to be the same, e.g. content-derived _ids.
+// ConflictSkip treats a duplicate key met by an insert as expected: the
+// document is already there, and it is dropped as "conflict_skipped"
+// (handled). Use it when the stored document is known to be the same,
+// e.g. content-derived _ids.
+//
+// A duplicate key met by an update or a replace (Conflict.IsUpdate:
+// UpdateOne, UpdateMany, ReplaceOne, FindOneAndUpdate, FindOneAndReplace
+// and their BulkWrite models, upserts included) is not "already there":
+// the change was refused, so ConflictSkip leaves it "conflict" (not
+// handled) and the caller sees it (case C71). ConflictSkipAll skips those
+// too.
 func ConflictSkip() ConflictHandler {
+	return ConflictHandlerFunc(func(_ context.Context, c *Conflict) (policy.Disposition, error) {
+		if c.IsUpdate() {
+			return policy.Conflicted, nil
+		}
+		return policy.ConflictSkipped, nil
+	})
+}
+
+// ConflictSkipAll drops every duplicate key as "conflict_skipped"
+// (handled), an update's or a replace's as well as an insert's: a
+// refused update's change is then lost without the caller seeing it.
+// Choose it only when such a change may be dropped (a denormalised field
+// whose unique copy already exists, say); ConflictSkip skips inserts only.
+func ConflictSkipAll() ConflictHandler {
 	return ConflictHandlerFunc(func(context.Context, *Conflict) (policy.Disposition, error) {
 		return policy.ConflictSkipped, nil
 	})
+}
+
+// IsUpdate reports whether the write that met the duplicate key is an
+// update or a replace (an UpdateOneModel, UpdateManyModel or
+// ReplaceOneModel, upserts included, and the methods of one write, whose
+// Model is such a model) rather than an insert (InsertOne, InsertMany,
+// an InsertOneModel). A duplicate key on an insert means a document with
+// that key is already stored; on an update it means the change was
+// refused and nothing of it applied.
+func (c *Conflict) IsUpdate() bool {
+	return c.Model != nil && !isInsertModel(c.Model)
 }
 
 // ConflictReplace replaces the stored document that holds the conflicting

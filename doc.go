@@ -76,9 +76,12 @@
 // # Finishing a call
 //
 // Report.Remaining returns the inputs of a call that ended unknown,
-// exhausted or not_attempted, with the _ids writeguard assigned, ready to
-// pass to the same method again with Remaining.Context; what could be
-// applied twice is left out and listed with why (ExampleReport_Remaining).
+// exhausted, not_attempted or dead_letter_failed, with the _ids writeguard
+// assigned, ready to pass to the same method again with Remaining.Context;
+// what could be applied twice is left out and listed with why
+// (ExampleReport_Remaining; its doc has the table per disposition). What
+// the call asks of its target to decide this (a unique _id, limits) is
+// asked on a bounded context of its own, never on an expired one.
 //
 // The loop itself is in internal/engine (its package doc maps it); this
 // package is its face: the collection, one write skeleton every guarded

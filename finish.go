@@ -21,8 +21,9 @@ func reportFor(declared *bool) func(engine.Result) error {
 }
 
 // Remaining is the unfinished part of a guarded call, ready to pass to the
-// same method again with Context(ctx) (Report.Remaining): the inputs that ended unknown,
-// exhausted or not_attempted and may be sent again without storing a
+// same method again with Context(ctx) (Report.Remaining): the inputs that
+// ended unknown, exhausted, not_attempted or dead_letter_failed and may be
+// sent again without storing a
 // document twice or applying an update twice, and, apart, those that may
 // not, with why.
 type Remaining struct {
@@ -40,8 +41,8 @@ type Remaining struct {
 	// BulkWrite. An insert model carries its document with the _id
 	// writeguard gave it.
 	Models []mongo.WriteModel
-	// Left are the inputs that ended unknown, exhausted or not_attempted
-	// but are not sent again, with why.
+	// Left are the inputs that ended unknown, exhausted, not_attempted or
+	// dead_letter_failed but are not sent again, with why.
 	Left []Left
 
 	idempotent []int // positions in Models marked idempotent
@@ -69,7 +70,9 @@ const (
 	// again could apply it twice. Reconcile it by reading.
 	LeftNotIdempotent LeftReason = "may have been applied and is not marked idempotent"
 	// LeftNoUniqueID: an insert that an attempt may have applied, into a
-	// target without a unique _id (WithUniqueID(false)); sending it again
+	// target without a unique _id (WithUniqueID(false), a time-series
+	// collection, or a target whose answer was not learned within
+	// 5 seconds and is then counted as not unique); sending it again
 	// could store it twice. Reconcile it by reading.
 	LeftNoUniqueID LeftReason = "may have been applied and the target has no unique _id"
 	// LeftNoInput: the input cannot be rebuilt (it failed before it was
@@ -108,76 +111,101 @@ func maybeApplied(ctx context.Context) []int {
 }
 
 // Remaining returns the unfinished part of the call, ready to pass to the
-// same method again: the inputs whose disposition is unknown, exhausted or
-// not_attempted, with the _ids writeguard assigned, in input order. Sending
-// them again can never store a document twice or apply an update twice:
+// same method again: the inputs whose disposition is unknown, exhausted,
+// not_attempted or dead_letter_failed, with the _ids writeguard assigned,
+// in input order. Sending them again can never store a document twice or
+// apply an update twice. What it returns, per disposition (the README's
+// table):
+//
+//	disposition         insert (document or model)      update, replace, delete
+//	not_attempted       sent again                      sent again
+//	exhausted           sent again                      sent again
+//	unknown             sent again, read back on its    left out (LeftNotIdempotent)
+//	                    own _id; left out where _id     unless marked idempotent
+//	                    is not unique (LeftNoUniqueID)
+//	dead_letter_failed  sent again (the new call        sent again, unless an attempt
+//	                    dead-letters it anew)           may have applied it (as unknown)
+//	any other           neither sent nor listed: it ended for good
+//
+// In detail:
 //
 //   - an insert keeps its _id: if an earlier attempt stored it, the new
 //     call meets a duplicate key on its own _id and reads it back
-//     (already_written), unless the target has no unique _id
-//     (WithUniqueID(false)): then an insert that may have been applied is left
-//     out (LeftNoUniqueID);
-//   - an update, replace or delete that may have been applied is sent
-//     again only when it was marked idempotent (Context keeps the mark);
-//     otherwise it is left out (LeftNotIdempotent);
+//     (already_written), unless the target has no unique _id (declared
+//     with WithUniqueID(false), learned from the target, or not learned
+//     within 5 seconds: then counted as not unique): then an insert
+//     that may have been applied is left out (LeftNoUniqueID);
+//   - an update, replace or delete that may have been applied
+//     (MaybeWritten, or unknown) is sent again only when it was marked
+//     idempotent (Context keeps the mark); otherwise it is left out
+//     (LeftNotIdempotent): Remaining never hands back an unknown or
+//     possibly applied write that is not idempotent;
 //   - an input not sent (not_attempted), or proved not applied
-//     (exhausted without MaybeWritten), is always sent again.
+//     (exhausted without MaybeWritten), is always sent again;
+//   - a dead_letter_failed input (the server refused it, and the
+//     dead-letter sink did not store it: issue 30) is sent again by the
+//     same rules, so that the call that finishes this one (on the
+//     caller's new context) is refused again and dead-letters it anew.
 //
 // Inputs with any other disposition (written, dead_lettered, conflict_*,
-// failed, ...) are neither sent again nor listed in Left: they ended for
-// good. A call made again with Remaining returns its own Report, whose
-// indexes are Remaining's positions (Indexes maps them back).
+// failed, written_unconfirmed, unacknowledged) are neither sent again nor
+// listed in Left: they ended for good. A call made again with Remaining
+// returns its own Report, whose indexes are Remaining's positions
+// (Indexes maps them back).
 func (r *Report) Remaining() *Remaining {
 	rm := &Remaining{Operation: r.Operation}
 	for i := range r.Outcomes {
 		o := &r.Outcomes[i]
 		switch o.Disposition {
-		case OutcomeUnknown, Exhausted, NotAttempted:
+		case OutcomeUnknown, Exhausted, NotAttempted, DeadLetterFailed:
 		default:
 			continue
 		}
 		maybe := o.MaybeWritten || o.Disposition == OutcomeUnknown
-		leave := func(why LeftReason) {
+		if why, left := leftReason(o, maybe, r.NoUniqueID); left {
 			rm.Left = append(rm.Left, Left{Index: o.Index, Disposition: o.Disposition, Reason: why})
-		}
-		switch {
-		case o.Model == nil && o.Document == nil:
-			leave(LeftNoInput)
 			continue
-		case maybe && !o.Idempotent:
-			leave(LeftNotIdempotent)
-			continue
-		case maybe && o.Model == nil || maybe && isInsert(o.Model):
-			if r.NoUniqueID {
-				leave(LeftNoUniqueID)
-				continue
-			}
 		}
-		rm.Indexes = append(rm.Indexes, o.Index)
-		if maybe {
-			rm.maybe = append(rm.maybe, len(rm.Indexes)-1)
-		}
-		switch {
-		case o.Model == nil:
-			rm.Documents = append(rm.Documents, o.Document)
-		case isInsert(o.Model):
-			if o.Document == nil {
-				rm.Indexes = rm.Indexes[:len(rm.Indexes)-1]
-				if maybe {
-					rm.maybe = rm.maybe[:len(rm.maybe)-1]
-				}
-				leave(LeftNoInput)
-				continue
-			}
-			rm.Models = append(rm.Models, mongo.NewInsertOneModel().SetDocument(o.Document))
-		default:
-			if o.Idempotent {
-				rm.idempotent = append(rm.idempotent, len(rm.Models))
-			}
-			rm.Models = append(rm.Models, o.Model)
-		}
+		rm.add(o, maybe)
 	}
 	return rm
+}
+
+// leftReason says whether Remaining leaves o out, and why: no input to
+// send; possibly applied (maybe) and not idempotent; a possibly applied
+// insert where _id is not unique (noUniqueID).
+func leftReason(o *Outcome, maybe, noUniqueID bool) (LeftReason, bool) {
+	insert := o.Model == nil || isInsert(o.Model)
+	switch {
+	case o.Model == nil && o.Document == nil, insert && o.Document == nil:
+		return LeftNoInput, true
+	case maybe && !o.Idempotent:
+		return LeftNotIdempotent, true
+	case maybe && insert && noUniqueID:
+		return LeftNoUniqueID, true
+	}
+	return "", false
+}
+
+// add appends o to the inputs to send again: its document (insertOne,
+// insertMany), an insert model with its document, or its model, marked
+// idempotent and maybe applied at its new position.
+func (rm *Remaining) add(o *Outcome, maybe bool) {
+	rm.Indexes = append(rm.Indexes, o.Index)
+	if maybe {
+		rm.maybe = append(rm.maybe, len(rm.Indexes)-1)
+	}
+	switch {
+	case o.Model == nil:
+		rm.Documents = append(rm.Documents, o.Document)
+	case isInsert(o.Model):
+		rm.Models = append(rm.Models, mongo.NewInsertOneModel().SetDocument(o.Document))
+	default:
+		if o.Idempotent {
+			rm.idempotent = append(rm.idempotent, len(rm.Models))
+		}
+		rm.Models = append(rm.Models, o.Model)
+	}
 }
 
 func isInsert(m mongo.WriteModel) bool {

@@ -194,9 +194,10 @@ type Outcome struct {
 // input order.
 //
 // errors.Is(err, ErrDeadLettered) and the other sentinels tell which
-// dispositions occurred; errors.As reaches the driver's last error (a
-// mongo.BulkWriteException, say) and any sink or handler error; Handled
-// tells whether every input reached a handled disposition.
+// dispositions occurred; errors.As reaches the driver errors that explain
+// the unhandled inputs (a mongo.BulkWriteException, say; conflicts first,
+// see Unwrap) and any sink or handler error; Handled tells whether every
+// input reached a handled disposition.
 type Report struct {
 	// Operation is the guarded method's name: insertOne, insertMany,
 	// bulkWrite, updateOne, updateByID, updateMany, replaceOne, deleteOne,
@@ -209,14 +210,18 @@ type Report struct {
 	// Attempts is the number of driver calls the call made.
 	Attempts int
 	// Err is the last error the driver returned, nil when none did (every
-	// failure was client-side or from writeguard's own checks).
+	// failure was client-side or from writeguard's own checks). It may
+	// belong to an attempt whose inputs a later attempt wrote; Unwrap
+	// gives the driver errors that explain each unhandled input.
 	Err error
 	// Hint names the setting to fix after a Configuration failure ("" when
 	// there was none).
 	Hint string
 	// NoUniqueID is true when the target has no unique index on _id
 	// (declared with WithUniqueID(false), or learned by the call:
-	// a time-series collection), so a re-sent insert that may have
+	// a time-series collection), or when the call could not learn it
+	// within its bound (5 s, on a context of its own: never from the
+	// caller's expired context), so a re-sent insert that may have
 	// been applied could be stored twice (Report.Remaining leaves it out).
 	NoUniqueID bool
 
@@ -373,9 +378,24 @@ func (r *Report) ErrorType() string {
 	return ""
 }
 
-// Unwrap returns the sentinels of the dispositions present, the driver's
-// last error and writeguard's own handling errors, for errors.Is and
-// errors.As.
+// Unwrap returns, for errors.Is and errors.As, in this order: the
+// sentinels of the dispositions present; ErrConfiguration after a
+// Configuration failure; the driver errors that explain the inputs that
+// did not end handled, those of conflicts first, then in input order;
+// writeguard's own handling errors of those inputs (a sink's, a conflict
+// handler's, a read-back's); the call's errors that belong to no input (a
+// context error, ErrUnacknowledged, a *FloodError); last, the driver
+// errors and handling errors of the inputs that ended dead-lettered or
+// resolved by the conflict handler. The driver errors of stored inputs
+// (an attempt that failed before a later one wrote them) are left out,
+// and each driver error appears once.
+//
+// So mongo.IsDuplicateKeyError(err), which inspects the first server error
+// it finds, is true for a call where an input ended "conflict" on any
+// attempt, and mongo.IsTimeout(err) and mongo.IsNetworkError(err) are true
+// only when an input ended unhandled for that reason (or a handled
+// input's own error says so). Report.Err keeps the driver's last error
+// whatever it explains.
 func (r *Report) Unwrap() []error {
 	var out []error
 	seen := map[error]bool{}
@@ -388,15 +408,7 @@ func (r *Report) Unwrap() []error {
 	if r.Hint != "" {
 		out = append(out, ErrConfiguration)
 	}
-	if r.Err != nil {
-		out = append(out, r.Err)
-	}
-	for i := range r.Outcomes {
-		if e := r.Outcomes[i].Err; e != nil {
-			out = append(out, e)
-		}
-	}
-	return append(out, r.extra...)
+	return r.appendCauses(out)
 }
 
 // Handled reports whether err leaves nothing for the caller to do: err is

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -13,12 +14,30 @@ import (
 // read-backs read the primary (readback.PrimaryReads, which the root
 // hands it as Config.Reader).
 
+// AskBound bounds each question the engine asks of its target (UniqueID,
+// LimitsOf). The question is asked on a context of its own (askContext):
+// detached from the caller's cancellation and deadline, so that a call
+// whose context ended right after its last write command still learns
+// the truth about its target rather than concluding from an expired
+// context, and bounded by AskBound, so that a call returns at most that
+// much after its deadline on this account. A client Timeout (CSOT) still
+// applies inside it.
+const AskBound = 5 * time.Second
+
+// askContext returns the context a question to the target is asked on:
+// ctx's values (trace spans, attempt tags) without its cancellation or
+// deadline, bounded by AskBound.
+func askContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), AskBound)
+}
+
 // UniqueID returns what the engine asks (Config.UniqueID) of target t:
 // the declared value, or what t says (a *mongo.Collection: listCollections
 // type "timeseries"; a t with UniqueID(ctx) (bool, error): its answer),
-// learned once. An error is not cached: it is returned, and the next call
-// asks again (the engine retries it as a read-back, then counts _id as not
-// unique for that call).
+// learned once, each ask on its own bounded context (askContext: an
+// expired call context is never the reason of an answer). An error is not
+// cached: it is returned, and the next call asks again (the engine retries
+// it as a read-back, then counts _id as not unique for that call).
 func UniqueID(t any, declared *bool) func(context.Context) (bool, error) {
 	if declared != nil {
 		v := *declared
@@ -50,7 +69,9 @@ func UniqueID(t any, declared *bool) func(context.Context) (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !known {
-			v, err := ask(ctx)
+			actx, cancel := askContext(ctx)
+			v, err := ask(actx)
+			cancel()
 			if err != nil {
 				return false, err
 			}
@@ -62,8 +83,9 @@ func UniqueID(t any, declared *bool) func(context.Context) (bool, error) {
 
 // LimitsOf returns what the engine asks (Config.Limits) of target t: the
 // server's limits on one write command (a *mongo.Collection: its hello
-// reply; a t with Hello(ctx) (bson.Raw, error): its answer), learned once (an error is not cached and
-// gives the defaults for that call).
+// reply; a t with Hello(ctx) (bson.Raw, error): its answer), learned once,
+// asked on its own bounded context (askContext); an error is not cached and
+// gives the defaults for that call.
 func LimitsOf(t any) func(context.Context) Limits {
 	var ask func(context.Context) (bson.Raw, error)
 	switch c := t.(type) {
@@ -86,7 +108,9 @@ func LimitsOf(t any) func(context.Context) Limits {
 		mu.Lock()
 		defer mu.Unlock()
 		if known == nil {
-			reply, err := ask(ctx)
+			actx, cancel := askContext(ctx)
+			reply, err := ask(actx)
+			cancel()
 			if err != nil {
 				return DefaultLimits
 			}
