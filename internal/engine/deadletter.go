@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/writeguard/writeguard/envelope"
@@ -57,6 +58,8 @@ func (c *Call) deadLetter(ctx context.Context, its []*item) {
 	if len(its) == 0 {
 		return
 	}
+	ctx, release := graceContext(ctx, c.e.cfg.DeadLetterGrace)
+	defer release()
 	e := c.e
 	now := e.cfg.Clock.Now().UTC().Truncate(time.Millisecond)
 	envs := make([]envelope.Envelope, len(its))
@@ -96,6 +99,45 @@ func (c *Call) deadLetter(ctx context.Context, its []*item) {
 			c.settle(it, policy.DeadLetterFailed)
 		} else {
 			c.settle(it, policy.DeadLettered)
+		}
+	}
+}
+
+// graceContext returns the context of a gathered dead-letter Put: ctx's
+// values without its cancellation, ended grace after ctx ends (its
+// deadline passes or it is cancelled, before or during the Put) and at
+// the latest grace after ctx's deadline. So a call whose writes ended in
+// time also dead-letters them, even when its context ends between its
+// last write command and the Put (the finishing pattern of a call made
+// with a deadline), and returns at most about grace after its deadline.
+// grace 0 (or less) keeps ctx as it is. release frees the timer.
+func graceContext(ctx context.Context, grace time.Duration) (context.Context, func()) {
+	if grace <= 0 {
+		return ctx, func() {}
+	}
+	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cancels := []func(){cancel}
+	if dl, ok := ctx.Deadline(); ok {
+		var c2 context.CancelFunc
+		gctx, c2 = context.WithDeadline(gctx, dl.Add(grace))
+		cancels = append(cancels, c2)
+	}
+	var timer *time.Timer
+	var mu sync.Mutex
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		timer = time.AfterFunc(grace, cancel)
+	})
+	return gctx, func() {
+		stop()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		for _, c := range cancels {
+			c()
 		}
 	}
 }
