@@ -28,7 +28,8 @@ import (
 //	              namespace, operation, batch_index, first_seen,
 //	              trace_id, span_id
 //	$inc:         {attempts: <envelope.Envelope.Attempts, at least 1>}
-//	$max:         {last_seen: <envelope.Envelope.LastSeen>}
+//	$max:         {last_seen: <envelope.Envelope.LastSeen>,
+//	               multiplicity: <envelope.Envelope.Copies()>}
 //	$set:         {status: "pending"}
 //
 // so the first capture of a payload inserts its envelope and every later
@@ -37,7 +38,12 @@ import (
 // last_seen uses $max rather than $set so that a late or retried Put of an
 // older capture never moves it backwards (the TTL index counts from it).
 // Envelopes of one Put with the same fingerprint are merged first (their
-// attempts added, the earliest first_seen and latest last_seen kept).
+// attempts added, the earliest first_seen, the latest last_seen and the
+// largest multiplicity kept). The multiplicity (how many identical
+// inputs one call carried) is the largest any capture saw, in a Put
+// and across Puts ($max), so a call that sends the same inputs again, a
+// retried Put or a fallback file loaded back does not multiply it; the
+// caller of Put counts it (the guarded collection does, per call).
 //
 // # Insert-first mode (FerretDB)
 //
@@ -385,6 +391,11 @@ func mergeByFingerprint(envs []envelope.Envelope) []envelope.Envelope {
 		}
 		m := &out[i]
 		m.Attempts += e.Attempts
+		// The largest multiplicity, as across Puts: the guarded
+		// collection sends one envelope per fingerprint and Put,
+		// carrying its call's count so far, and a fallback file loaded
+		// back holds the same envelope once per Put that wrote it.
+		m.Multiplicity = max(m.Copies(), e.Copies())
 		if !e.FirstSeen.IsZero() && (m.FirstSeen.IsZero() || e.FirstSeen.Before(m.FirstSeen)) {
 			m.FirstSeen = e.FirstSeen
 		}

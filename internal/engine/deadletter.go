@@ -71,6 +71,58 @@ func (c *Call) deadLetter(ctx context.Context, its []*item) {
 		envs[i] = c.envelopeFor(it, now, traceID, spanID)
 		it.keywords = envs[i].FailingKeywords
 	}
+	envs, owner := c.collapse(envs)
+	errs := c.putAll(ctx, envs)
+	for i, it := range its {
+		if err := errs[owner[i]]; err != nil {
+			it.err = fmt.Errorf("writeguard: dead-letter sink: %w", err)
+			it.reason = ReasonSinkFailed
+			c.settle(it, policy.DeadLetterFailed)
+		} else {
+			c.settle(it, policy.DeadLettered)
+		}
+	}
+}
+
+// collapse merges the envelopes of one gathered Put that share a
+// fingerprint (identical inputs: documents without _id that differ in
+// nothing else, identical models) into one, whose Attempts adds theirs
+// and whose Multiplicity is the number of such inputs this call has
+// handed to the sink so far (c.copies, across its gathered Puts: the
+// sinks keep the largest they see, so the call's last Put of a
+// fingerprint carries its total). An insert whose _id the caller gave
+// counts once: its copies are one document. owner[i] is the index in
+// out of envs[i].
+func (c *Call) collapse(envs []envelope.Envelope) (out []envelope.Envelope, owner []int) {
+	at := make(map[string]int, len(envs))
+	owner = make([]int, len(envs))
+	for i, env := range envs {
+		k, ok := at[env.Fingerprint]
+		if !ok {
+			k = len(out)
+			at[env.Fingerprint] = k
+			out = append(out, env)
+		} else {
+			out[k].Attempts += env.Attempts
+		}
+		owner[i] = k
+		if env.Kind != envelope.KindInsertOne || env.IDAssigned {
+			if c.copies == nil {
+				c.copies = map[string]int{}
+			}
+			c.copies[env.Fingerprint]++
+		}
+	}
+	for k := range out {
+		out[k].Multiplicity = max(c.copies[out[k].Fingerprint], 1)
+	}
+	return out, owner
+}
+
+// putAll stores envs in the sink, then those it did not confirm in the
+// fallback sink, and returns one error per envelope (nil: stored).
+func (c *Call) putAll(ctx context.Context, envs []envelope.Envelope) []error {
+	e := c.e
 	errs := c.put(ctx, e.cfg.Sink, envs, false)
 	if e.cfg.Fallback != nil {
 		// Only the envelopes the sink did not confirm go to the fallback.
@@ -92,15 +144,7 @@ func (c *Call) deadLetter(ctx context.Context, its []*item) {
 			}
 		}
 	}
-	for i, it := range its {
-		if err := errs[i]; err != nil {
-			it.err = fmt.Errorf("writeguard: dead-letter sink: %w", err)
-			it.reason = ReasonSinkFailed
-			c.settle(it, policy.DeadLetterFailed)
-		} else {
-			c.settle(it, policy.DeadLettered)
-		}
-	}
+	return errs
 }
 
 // graceContext returns the context of a gathered dead-letter Put: ctx's
