@@ -55,11 +55,11 @@ import (
 // existing file keeps its mode). Redaction options (WithRedact,
 // WithRedactErrInfo) apply as for MongoSink; there is no size limit.
 type FileSink struct {
-	mu   sync.Mutex
-	f    *os.File
-	w    writeSyncer // f, or a test's wrapper around it
-	path string
-	cfg  sinkConfig
+	mu       sync.Mutex
+	f        *os.File
+	w        writeSyncer // f, or a test's wrapper around it
+	path     string
+	cfg      sinkConfig
 	closed   bool
 	reopened int // Reopened
 }
