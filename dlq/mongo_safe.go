@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/policy"
 )
 
 var _ envelope.PartialSink = (*MongoSink)(nil)
@@ -63,7 +64,7 @@ func (s *MongoSink) checkIndexes(ctx context.Context) error {
 	if err != nil {
 		if s.cfg.logger != nil {
 			s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dlq: the dead-letter collection lost its unique fingerprint index and it could not be re-established; storing nothing",
-				slog.String("namespace", ns), slog.String("error", err.Error()))
+				slog.String("namespace", ns), slog.String("error", policy.ScrubError(err)))
 		}
 		return fmt.Errorf("%w (%s), and re-establishing it failed; nothing stored: %w", ErrIndexMissing, ns, err)
 	}

@@ -62,3 +62,17 @@ func TestCopiesFold(t *testing.T) {
 }
 
 func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
+
+// TestProblemReasonScrubbed (issue 30 item 6): a replay problem names
+// the index and key fields of a duplicate, never their values.
+func TestProblemReasonScrubbed(t *testing.T) {
+	r := &runner{}
+	e := entriesFor(t, insertEnv(t, bson.D{{Key: "_id", Value: 1}, {Key: "email", Value: "carol@example.com"}}, false))[0]
+	e.out, e.code = outConflict, 11000
+	e.reason = `duplicate key on another unique index: E11000 duplicate key error collection: db.c index: email_1 dup key: { email: "carol@example.com" }`
+	r.problem(e, "conflict")
+	got := r.res.Problems[0].Reason
+	if strings.Contains(got, "carol@example.com") || !strings.Contains(got, "index: email_1 dup key: { email: ? }") {
+		t.Errorf("Problem.Reason = %q", got)
+	}
+}

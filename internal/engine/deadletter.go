@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/writeguard/writeguard/envelope"
@@ -75,7 +77,7 @@ func (c *Call) deadLetter(ctx context.Context, its []*item) {
 	errs := c.putAll(ctx, envs)
 	for i, it := range its {
 		if err := errs[owner[i]]; err != nil {
-			it.err = fmt.Errorf("writeguard: dead-letter sink: %w", err)
+			it.err = err
 			it.reason = ReasonSinkFailed
 			c.settle(it, policy.DeadLetterFailed)
 		} else {
@@ -124,6 +126,11 @@ func (c *Call) collapse(envs []envelope.Envelope) (out []envelope.Envelope, owne
 func (c *Call) putAll(ctx context.Context, envs []envelope.Envelope) []error {
 	e := c.e
 	errs := c.put(ctx, e.cfg.Sink, envs, false)
+	for i, err := range errs {
+		if err != nil {
+			errs[i] = &SinkError{Kind: e.sinkKind(err), Err: err}
+		}
+	}
 	if e.cfg.Fallback != nil {
 		// Only the envelopes the sink did not confirm go to the fallback.
 		var idx []int
@@ -139,12 +146,56 @@ func (c *Call) putAll(ctx context.Context, envs []envelope.Envelope) []error {
 				if ferrs[k] == nil {
 					errs[i] = nil
 				} else {
-					errs[i] = fmt.Errorf("%w; fallback sink: %w", errs[i], ferrs[k])
+					se := errs[i].(*SinkError)
+					se.Kind += "; fallback: " + e.sinkKind(ferrs[k])
+					se.Err = fmt.Errorf("%w; fallback sink: %w", se.Err, ferrs[k])
 				}
 			}
 		}
 	}
 	return errs
+}
+
+// SinkError is the error of a document whose envelope no sink stored
+// (disposition dead_letter_failed): Kind names the sink's failure by code
+// and class, without values ("13 Unauthorized, permanent"; "client:
+// context deadline exceeded, ..."; with a fallback sink, "<sink's>;
+// fallback: <fallback's>"), Err is the sinks' error.
+type SinkError struct {
+	Kind string
+	Err  error
+}
+
+// Error returns "writeguard: dead-letter sink failed (<Kind>): <Err>",
+// Err's text scrubbed of the values it may quote (policy.ScrubValues).
+func (e *SinkError) Error() string {
+	return "writeguard: dead-letter sink failed (" + e.Kind + "): " + policy.ScrubError(e.Err)
+}
+
+// Unwrap returns Err.
+func (e *SinkError) Unwrap() error { return e.Err }
+
+// sinkKind names a sink's failure: its code and code name (FailureKind;
+// a file sink's system error by its errno text, a context's end as
+// such), then its class under the collection's classifier.
+func (e *Engine) sinkKind(err error) string {
+	fs := policy.Extract(err)
+	if len(fs) == 0 {
+		return "unknown"
+	}
+	f := &fs[0]
+	kind := FailureKind(f)
+	var errno syscall.Errno
+	switch {
+	case f.Code != 0:
+	case errors.Is(err, context.DeadlineExceeded):
+		kind = "client: " + context.DeadlineExceeded.Error()
+	case errors.Is(err, context.Canceled):
+		kind = "client: " + context.Canceled.Error()
+	case errors.As(err, &errno):
+		kind = "system: " + errno.Error()
+	}
+	return kind + ", " + e.cfg.Classifier.Classify(*f).String()
 }
 
 // graceContext returns the context of a gathered dead-letter Put: ctx's
