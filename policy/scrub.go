@@ -15,20 +15,23 @@ const ValueMark = "?"
 //     stay, never their values (mongodb/mongo
 //     src/mongo/db/storage/duplicate_key_error_info.cpp, toString: "dup
 //     key: " then the key pattern's fields with their values; FerretDB
-//     and the corpus's replies use the same shape);
-//   - any other document a message quotes ("{...}": TypeMismatch 14's
+//     and the corpus's replies use the same shape); so does a
+//     "keyValue: { ... }";
+//   - the documents other messages quote keep their top-level field
+//     names only, each value replaced by ValueMark (nested documents,
+//     arrays, strings and ObjectId('…') whole): TypeMismatch 14's
 //     "{_id: ObjectId('…')} has the field 'n' of non-numeric type",
 //     PathNotViable 28's "Cannot create field 'x' in element {y: 5}",
-//     a Cosmos DB reply's "Message: {...}") keeps its top-level field
-//     names only, each value replaced by ValueMark (nested documents,
-//     arrays, strings and ObjectId('…') whole);
+//     Unauthorized 13's "not authorized on db to execute command { ... }";
 //   - ImmutableField 66's "... was found to have been altered to _id: 2"
 //     keeps the field name, not the value (update_stage.cpp).
 //
-// Field names in single quotes ('n'), index names, namespaces, codes and
-// code names are kept. A document that does not close (a message cut
-// short) is replaced from its "{" to the end. msg without any of these
-// comes back unchanged. Used for Report.Error(), replay problems, logs
+// Any other text, other braces included (JSON, "{...}"), is kept as it
+// is, so ScrubValues can run over a JSON line that holds such a message
+// (its escaped quotes are understood). Field names in single quotes
+// ('n'), index names, namespaces, codes and code names are kept. A
+// quoted document that does not close (a message cut short) is replaced
+// from its "{" to the end. Used for Report.Error(), replay problems, logs
 // and the command's output; only the commands that exist to show stored
 // originals (dlq show, dlq list) print values.
 func ScrubValues(msg string) string {
@@ -39,7 +42,7 @@ func ScrubValues(msg string) string {
 	b.Grow(len(msg))
 	for i := 0; i < len(msg); {
 		switch {
-		case msg[i] == '{':
+		case msg[i] == '{' && quotesValues(msg, i):
 			n, ok := scrubDoc(&b, msg[i:])
 			if !ok {
 				b.WriteString("{ " + ValueMark + " }")
@@ -56,6 +59,28 @@ func ScrubValues(msg string) string {
 		}
 	}
 	return b.String()
+}
+
+// valueMarkers precede a document of values in a server message.
+var valueMarkers = []string{"dup key:", "keyValue:", "in element", "to execute command"}
+
+// quotesValues reports whether the "{" at msg[i] starts a document of
+// values: after one of valueMarkers, or followed, once closed, by " has
+// the field" (TypeMismatch's message).
+func quotesValues(msg string, i int) bool {
+	before := strings.TrimRight(msg[:i], " ")
+	for _, m := range valueMarkers {
+		if strings.HasSuffix(before, m) {
+			return true
+		}
+	}
+	if n := valueEnd(msg[i+1:]); n >= 0 {
+		j := i + 1 + n
+		if j < len(msg) && msg[j] == '}' {
+			return strings.HasPrefix(msg[j+1:], " has the field")
+		}
+	}
+	return false
 }
 
 // ScrubError returns ScrubValues(err.Error()), "" for a nil err.
