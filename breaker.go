@@ -204,9 +204,11 @@ type floodWindow struct {
 	minDocs   int64
 	threshold float64
 
-	mu    sync.Mutex
-	slots [floodSlots]floodSlot
-	open  bool
+	mu     sync.Mutex
+	slots  [floodSlots]floodSlot
+	open   bool
+	latest int64 // the highest slot number seen; valid when seen
+	seen   bool
 }
 
 // floodSlot counts the inputs of one tenth of the window, starting at
@@ -233,12 +235,16 @@ func newFloodWindow(window time.Duration, minDocs int, threshold float64) *flood
 }
 
 // record adds a call's settled and dead-lettered inputs at now and returns
-// the window's state.
+// the window's state. Any clock reading is accepted: before 1970, the
+// zero time, far in the future (the distance from the epoch saturates at
+// about ±292 years) or earlier than a reading already recorded (a clock
+// stepped back: the inputs count in the latest slot seen, so the window
+// never moves backwards and loses nothing).
 func (w *floodWindow) record(now time.Time, docs, dead int) floodState {
-	slot := now.UnixNano() / w.width
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	s := &w.slots[slot%floodSlots]
+	slot := w.slotOf(now)
+	s := &w.slots[slotIndex(slot)]
 	if s.start != slot {
 		*s = floodSlot{start: slot}
 	}
@@ -246,7 +252,7 @@ func (w *floodWindow) record(now time.Time, docs, dead int) floodState {
 	s.dead += int64(dead)
 	var st floodState
 	for i := range w.slots {
-		if o := &w.slots[i]; o.start > slot-floodSlots && o.start <= slot {
+		if o := &w.slots[i]; o.start <= slot && slot-o.start < floodSlots && slot-o.start >= 0 {
 			st.Docs += o.docs
 			st.Dead += o.dead
 		}
@@ -268,4 +274,30 @@ func (r *Report) flood() *FloodError {
 		}
 	}
 	return nil
+}
+
+// slotOf returns the slot number of now: the floor of its distance from
+// the Unix epoch (time.Time.Sub saturates, so any reading has one)
+// divided by the slot width, never below the latest slot seen. Callers
+// hold w.mu.
+func (w *floodWindow) slotOf(now time.Time) int64 {
+	d := int64(now.Sub(time.Unix(0, 0)))
+	slot := d / w.width
+	if d%w.width != 0 && d < 0 {
+		slot-- // floor, so that slots before 1970 are a width wide too
+	}
+	if w.seen && slot < w.latest {
+		slot = w.latest
+	}
+	w.latest, w.seen = slot, true
+	return slot
+}
+
+// slotIndex maps a slot number, of any sign, to its index in slots.
+func slotIndex(slot int64) int {
+	i := slot % floodSlots
+	if i < 0 {
+		i += floodSlots
+	}
+	return int(i)
 }

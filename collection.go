@@ -160,7 +160,7 @@ func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 	g.eng = engine.New(engine.Config{
 		Namespace: g.Namespace(), Database: db, Collection: g.collection,
 		Classifier: g.classifier, Backoff: cfg.backoff, Budget: cfg.budget,
-		Sink: cfg.sink, Fallback: cfg.fallback, Resolve: g.resolver(cfg.conflict),
+		Sink: cfg.sink, Fallback: cfg.fallback, DeadLetterGrace: cfg.deadLetterGrace, Resolve: g.resolver(cfg.conflict),
 		Hooks: hooks.Compose(cfg.hooks...), Observed: len(cfg.hooks) > 0,
 		Logger: cfg.logger, Clock: cfg.clock,
 		ThrottledAttempts: cfg.throttledAttempts, UpsertRetries: cfg.upsertRetries,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -34,6 +35,7 @@ type config struct {
 	budget            *policy.Budget
 	sink              envelope.Sink
 	fallback          envelope.Sink
+	deadLetterGrace   time.Duration // WithDeadLetterGrace
 	conflict          ConflictHandler
 	hooks             []hooks.Hooks
 	logger            *slog.Logger
@@ -56,6 +58,7 @@ func newConfig(opts []Option) (*config, error) {
 		conflict:          ConflictFail(),
 		throttledAttempts: DefaultThrottledAttempts,
 		upsertRetries:     DefaultUpsertConflictRetries,
+		deadLetterGrace:   DefaultDeadLetterGrace,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -341,4 +344,28 @@ func WithIdempotent(ctx context.Context) context.Context {
 func idempotent(ctx context.Context) bool {
 	v, _ := ctx.Value(idempotentKey).(bool)
 	return v
+}
+
+// DefaultDeadLetterGrace is WithDeadLetterGrace's default.
+const DefaultDeadLetterGrace = 5 * time.Second
+
+// WithDeadLetterGrace sets how long the dead-letter Puts of a call may go
+// on after the call's context ended (its deadline passed or it was
+// cancelled): d ≥ 0, default DefaultDeadLetterGrace (5 s). The gathered
+// Puts (to the sink and the fallback sink, with their retries) run on a
+// context that keeps ctx's values but not its cancellation, and that ends
+// d after ctx ends, so a call whose writes were done in time also stores
+// the envelopes of its invalid documents rather than ending them
+// dead_letter_failed at once. A call can therefore return up to d (plus
+// the Put's own latency to notice) after its deadline. 0 ends the Puts
+// with the caller's context. A negative d makes New and Wrap fail with
+// an error naming it.
+func WithDeadLetterGrace(d time.Duration) Option {
+	return optionFunc(func(cfg *config) {
+		if d < 0 {
+			cfg.errs = append(cfg.errs, fmt.Errorf("writeguard: WithDeadLetterGrace(%v): want ≥ 0", d))
+			return
+		}
+		cfg.deadLetterGrace = d
+	})
 }

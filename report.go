@@ -302,6 +302,9 @@ func (r *Report) Error() string {
 			b.WriteString(", ")
 		}
 		fmt.Fprintf(&b, "%d %s", counts[Disposition(k)], k)
+		if Disposition(k) == DeadLetterFailed {
+			b.WriteString(r.sinkFailures())
+		}
 	}
 	if kinds := r.failureKinds(); len(kinds) > 0 {
 		b.WriteString("; failures: ")
@@ -316,11 +319,40 @@ func (r *Report) Error() string {
 	if fs := policy.Extract(r.Err); len(fs) > 0 {
 		fmt.Fprintf(&b, "; last error: %s", engine.FailureKind(&fs[0]))
 	}
-	out := b.String()
+	out := policy.ScrubValues(b.String())
 	if len(out) > maxErrorLen {
 		out = out[:maxErrorLen-3] + "..."
 	}
 	return out
+}
+
+// sinkFailures names why the sinks failed the dead_letter_failed inputs
+// (engine.SinkError.Kind: code and class, no values): " (sink: 13
+// Unauthorized, permanent)", the first distinct kind and how many others
+// there are; "" when none says.
+func (r *Report) sinkFailures() string {
+	var first string
+	more := 0
+	seen := map[string]bool{}
+	for i := range r.Outcomes {
+		var se *engine.SinkError
+		if r.Outcomes[i].Disposition != DeadLetterFailed || !errors.As(r.Outcomes[i].Err, &se) || seen[se.Kind] {
+			continue
+		}
+		seen[se.Kind] = true
+		if first == "" {
+			first = se.Kind
+		} else {
+			more++
+		}
+	}
+	switch {
+	case first == "":
+		return ""
+	case more > 0:
+		return fmt.Sprintf(" (sink: %s; +%d more)", first, more)
+	}
+	return " (sink: " + first + ")"
 }
 
 // failureKinds lists each distinct failure of the inputs not stored, with

@@ -65,10 +65,11 @@
 // MongoSink.PutEach -> put: envelope.PrepareStored (first_seen, status
 // pending, envelope.Protect with the sink's envelope.Protection, the fit
 // to envelope.MaxEnvelopeSize: diagnostics cut or the original set apart)
-// -> mergeByFingerprint -> lock -> checkIndexes (mongo_safe.go) -> write:
+// -> mergeByFingerprint -> lock -> checkIndexes (mongo_safe.go: at most
+// every WithIndexCheckInterval, and after a failed Put) -> write:
 // writePieces for an original set apart (pieces.go), then putUpserts
 // (mongo_write.go: one unordered bulk write of upserts by fingerprint,
-// $setOnInsert envelope.InsertFields and envelope.RecaptureUpdate;
+// $setOnInsert envelope.InsertFields and envelope.RecaptureUpdateN;
 // upserts.next sends again a lost race or a refused sub-document) -> one
 // error per envelope
 // back to the engine, which settles the document dead_lettered, or

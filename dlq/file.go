@@ -33,7 +33,20 @@ import (
 // line cut short (a torn tail); the next Put, and NewFileSink on a file
 // whose last byte is not a newline, first ends that line with a newline,
 // so that later lines stay whole, and ReadFile reports the torn line and
-// goes on (TestFileSinkTornTailThenPuts). FileSink is safe for concurrent
+// goes on (TestFileSinkTornTailThenPuts).
+//
+// The sink follows its path: before each write it checks that the file
+// at Path() is still the one it holds (os.Stat of the path and of the
+// open file, os.SameFile) and reopens the path if not (the file was
+// removed, or rotated: renamed away and replaced), and it checks the
+// file's last byte whoever wrote it (another process cutting the file
+// mid-line), ending a torn line first. After the fsync it checks the
+// path again and, if the file was replaced during the Put, writes the
+// lines once more to the new file (they are then in both; loading them
+// into a MongoSink merges them by fingerprint, counting the attempts
+// twice). So what a Put confirmed is readable at Path() when the Put
+// returns (TestFileSinkFollowsPath). The price: two stat calls and a
+// one-byte read per Put. FileSink is safe for concurrent
 // use; several processes appending to one file is safe on local file
 // systems for Puts under the pipe-atomic size only, so give each process
 // its own file.
@@ -42,15 +55,13 @@ import (
 // existing file keeps its mode). Redaction options (WithRedact,
 // WithRedactErrInfo) apply as for MongoSink; there is no size limit.
 type FileSink struct {
-	mu   sync.Mutex
-	f    *os.File
-	w    writeSyncer // f, or a test's wrapper around it
-	path string
-	cfg  sinkConfig
-	// checkTail: the file may end in a torn line (at open, or after a
-	// failed write or fsync); the next write checks its last byte first.
-	checkTail bool
-	closed    bool
+	mu       sync.Mutex
+	f        *os.File
+	w        writeSyncer // f, or a test's wrapper around it
+	path     string
+	cfg      sinkConfig
+	closed   bool
+	reopened int // Reopened
 }
 
 // writeSyncer is the part of *os.File a FileSink writes through.
@@ -78,7 +89,7 @@ func NewFileSink(path string, opts ...SinkOption) (*FileSink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dlq: opening file sink: %w", err)
 	}
-	return &FileSink{f: f, w: f, path: path, cfg: cfg, checkTail: true}, nil
+	return &FileSink{f: f, w: f, path: path, cfg: cfg}, nil
 }
 
 // Path returns the file's path.
@@ -176,34 +187,93 @@ func (s *FileSink) encode(envs []envelope.Envelope, errs []error, all bool) ([]b
 
 // write appends data (lines ending at ends) with one write call, then
 // fsyncs, and returns errs with the error of every envelope whose line
-// is not confirmed. s.mu is held.
+// is not confirmed. Before writing it makes sure that the file it holds
+// is the one at its path and that it ends with a complete line
+// (follow); after the fsync it checks the path again, and writes the
+// lines once more into the file found there if the file was replaced
+// meanwhile (a rotation between the check and the write), so that what
+// it confirms is at Path(). s.mu is held.
 func (s *FileSink) write(data []byte, ends []int, errs []error) []error {
+	for try := 0; ; try++ {
+		if err := s.follow(); err != nil {
+			return failRest(errs, err)
+		}
+		n, werr := s.appendLines(data)
+		if werr != nil {
+			werr = fmt.Errorf("dlq: file sink %s: %w", s.path, werr)
+		}
+		if serr := s.w.Sync(); serr != nil {
+			return failRest(errs, fmt.Errorf("dlq: file sink %s: fsync: %w", s.path, serr))
+		}
+		if werr != nil {
+			for i, end := range ends {
+				if end >= 0 && end > n {
+					errs[i] = werr
+				}
+			}
+			return errs
+		}
+		if s.atPath() || try > 0 {
+			return errs
+		}
+	}
+}
+
+// appendLines writes data with one write call, after a newline when the
+// file ends in a torn line, and returns how many bytes of data were
+// written.
+func (s *FileSink) appendLines(data []byte) (int, error) {
 	prefix := 0
-	if s.checkTail && !s.endsWithNewline() {
-		// Torn tail: end that line, so that ours starts on a line of its own.
+	if !s.endsWithNewline() {
+		// A torn tail, whoever wrote it (a crash, a failed write,
+		// another process cutting the file): end that line, so that
+		// ours starts on a line of its own.
 		data = append([]byte{'\n'}, data...)
 		prefix = 1
 	}
-	n, werr := s.w.Write(data)
-	n -= prefix
-	if werr != nil {
-		s.checkTail = true
-		werr = fmt.Errorf("dlq: file sink %s: %w", s.path, werr)
+	n, err := s.w.Write(data)
+	return n - prefix, err
+}
+
+// atPath reports whether the file at s.path is the one s holds
+// (os.SameFile of os.Stat(path) and the open file's Stat).
+func (s *FileSink) atPath() bool {
+	held, err := s.f.Stat()
+	if err != nil {
+		return false
 	}
-	if serr := s.w.Sync(); serr != nil {
-		s.checkTail = true
-		return failRest(errs, fmt.Errorf("dlq: file sink %s: fsync: %w", s.path, serr))
+	cur, err := os.Stat(s.path)
+	return err == nil && os.SameFile(held, cur)
+}
+
+// follow reopens s.path (creating it, mode 0600) when the file there is
+// not the one s holds: removed, or renamed away by a rotation and
+// replaced. Lines a Put confirmed before stay where they were written
+// (the rotated file); later ones go to the path. s.mu is held.
+func (s *FileSink) follow() error {
+	if s.atPath() {
+		return nil
 	}
-	if werr == nil {
-		s.checkTail = false
-		return errs
+	f, err := os.OpenFile(s.path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("dlq: file sink %s: the file was removed or replaced, and reopening it failed: %w", s.path, err)
 	}
-	for i, end := range ends {
-		if end >= 0 && end > n {
-			errs[i] = werr
-		}
+	old := s.f
+	if s.w == writeSyncer(old) {
+		s.w = f
 	}
-	return errs
+	s.f = f
+	s.reopened++
+	_ = old.Close() // its confirmed lines were fsynced
+	return nil
+}
+
+// Reopened returns how many times the sink reopened its path because
+// the file there was not the one it held (removed or rotated).
+func (s *FileSink) Reopened() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reopened
 }
 
 // endsWithNewline reports whether the file is empty or ends with a

@@ -28,7 +28,8 @@ import (
 //	              namespace, operation, batch_index, first_seen,
 //	              trace_id, span_id
 //	$inc:         {attempts: <envelope.Envelope.Attempts, at least 1>}
-//	$max:         {last_seen: <envelope.Envelope.LastSeen>}
+//	$max:         {last_seen: <envelope.Envelope.LastSeen>,
+//	               multiplicity: <envelope.Envelope.Copies()>}
 //	$set:         {status: "pending"}
 //
 // so the first capture of a payload inserts its envelope and every later
@@ -37,7 +38,12 @@ import (
 // last_seen uses $max rather than $set so that a late or retried Put of an
 // older capture never moves it backwards (the TTL index counts from it).
 // Envelopes of one Put with the same fingerprint are merged first (their
-// attempts added, the earliest first_seen and latest last_seen kept).
+// attempts added, the earliest first_seen, the latest last_seen and the
+// largest multiplicity kept). The multiplicity (how many identical
+// inputs one call carried) is the largest any capture saw, in a Put
+// and across Puts ($max), so a call that sends the same inputs again, a
+// retried Put or a fallback file loaded back does not multiply it; the
+// caller of Put counts it (the guarded collection does, per call).
 //
 // # Insert-first mode (FerretDB)
 //
@@ -118,9 +124,13 @@ import (
 //
 // # Lost indexes
 //
-// Before each Put writes, it lists the collection's indexes (one
+// Before a Put writes, it lists the collection's indexes (one
 // listIndexes command) and checks that the unique index on fingerprint is
-// there. A collection dropped while the application runs comes back on
+// there: at most every WithIndexCheckInterval (5 s by default; 0: before
+// every Put), and at once after a Put that failed. A dropped or replaced
+// index changes no insert's or upsert's reply, so this staleness is
+// bounded, not zero: the Puts within the interval after a drop write as
+// if the index were there (see WithIndexCheckInterval). A collection dropped while the application runs comes back on
 // the next insert or upsert without any index (the server creates it
 // implicitly), and without the unique index recaptures would become new
 // envelopes (WithInsertFirst) and concurrent captures could make two, so
@@ -130,7 +140,7 @@ import (
 // (Reestablished), then stores; when that cannot give back the unique
 // index (e.g. duplicates of a fingerprint already exist), Put stores
 // nothing and returns an error wrapping ErrIndexMissing. A drop between
-// the check and the write is not seen until the next Put. A user not
+// the check and the write is not seen until the next check. A user not
 // allowed to list indexes (13 Unauthorized; the readWrite role may) gets
 // no check: Put stores as before, and WithLogger's logger is told once.
 type MongoSink struct {
@@ -143,6 +153,9 @@ type MongoSink struct {
 	reestablished atomic.Int64 // Reestablished
 	unacked       atomic.Bool  // a write came back unacknowledged (w: 0)
 	uncheckable   atomic.Bool  // listIndexes refused (13): said once
+	checkedAt     atomic.Int64 // UnixNano of the last check that found the index; 0: none
+	recheck       atomic.Bool  // a Put failed since: the next one checks
+	indexChecks   atomic.Int64 // IndexChecks
 }
 
 // sinkStripes is the number of locks MongoSink.Put spreads fingerprints
@@ -292,6 +305,9 @@ func (s *MongoSink) put(ctx context.Context, envs []envelope.Envelope, all bool)
 		return nil, err
 	}
 	byFP, err := s.write(ctx, ready)
+	if err != nil || len(byFP) > 0 {
+		s.recheck.Store(true) // any error: the next Put checks the indexes at once
+	}
 	for i, p := range pidx {
 		if p >= 0 {
 			out[i] = byFP[prepared[p].Fingerprint]
@@ -385,6 +401,11 @@ func mergeByFingerprint(envs []envelope.Envelope) []envelope.Envelope {
 		}
 		m := &out[i]
 		m.Attempts += e.Attempts
+		// The largest multiplicity, as across Puts: the guarded
+		// collection sends one envelope per fingerprint and Put,
+		// carrying its call's count so far, and a fallback file loaded
+		// back holds the same envelope once per Put that wrote it.
+		m.Multiplicity = max(m.Copies(), e.Copies())
 		if !e.FirstSeen.IsZero() && (m.FirstSeen.IsZero() || e.FirstSeen.Before(m.FirstSeen)) {
 			m.FirstSeen = e.FirstSeen
 		}

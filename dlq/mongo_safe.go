@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/policy"
 )
 
 var _ envelope.PartialSink = (*MongoSink)(nil)
@@ -34,8 +36,39 @@ const (
 )
 
 // checkIndexes makes sure the unique fingerprint index is there, running
-// EnsureCollection when it is not (see MongoSink, "Lost indexes").
+// EnsureCollection when it is not (see MongoSink, "Lost indexes"), at
+// most every WithIndexCheckInterval unless a Put failed since.
 func (s *MongoSink) checkIndexes(ctx context.Context) error {
+	if !s.checkDue() {
+		return nil
+	}
+	err := s.checkIndexesNow(ctx)
+	if err == nil {
+		s.checkedAt.Store(time.Now().UnixNano())
+		s.recheck.Store(false)
+	}
+	return err
+}
+
+// checkDue reports whether a Put must check the indexes: never checked,
+// a Put failed since the last check, or the last check is
+// WithIndexCheckInterval old.
+func (s *MongoSink) checkDue() bool {
+	at := s.checkedAt.Load()
+	if at == 0 || s.recheck.Load() || s.cfg.indexCheckInterval <= 0 {
+		return true
+	}
+	age := time.Since(time.Unix(0, at))
+	return age < 0 || age >= s.cfg.indexCheckInterval // a clock stepped back: check
+}
+
+// IndexChecks returns how many times s listed the dead-letter
+// collection's indexes (at most one per WithIndexCheckInterval, plus one
+// after each failed Put).
+func (s *MongoSink) IndexChecks() int64 { return s.indexChecks.Load() }
+
+// checkIndexesNow is the check itself.
+func (s *MongoSink) checkIndexesNow(ctx context.Context) error {
 	ok, err := s.hasFingerprintIndex(ctx)
 	if err != nil && hasCode(err, codeUnauthorized) {
 		// A role that may write the DLQ but not list its indexes: the
@@ -63,7 +96,7 @@ func (s *MongoSink) checkIndexes(ctx context.Context) error {
 	if err != nil {
 		if s.cfg.logger != nil {
 			s.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dlq: the dead-letter collection lost its unique fingerprint index and it could not be re-established; storing nothing",
-				slog.String("namespace", ns), slog.String("error", err.Error()))
+				slog.String("namespace", ns), slog.String("error", policy.ScrubError(err)))
 		}
 		return fmt.Errorf("%w (%s), and re-establishing it failed; nothing stored: %w", ErrIndexMissing, ns, err)
 	}
@@ -82,6 +115,7 @@ func (s *MongoSink) hasFingerprintIndex(ctx context.Context) (bool, error) {
 	// Through an acknowledged clone: under w: 0 the driver would not wait
 	// for listIndexes' reply either (the write itself then reports
 	// ErrUnacknowledgedSink).
+	s.indexChecks.Add(1)
 	idx, err := listIndexes(ctx, s.coll.Clone(options.Collection().SetWriteConcern(writeconcern.W1())))
 	if err != nil {
 		if hasCode(err, codeNamespaceNotFound) {

@@ -26,7 +26,7 @@ func upsertModel(env envelope.Envelope, asBytes string) (mongo.WriteModel, error
 	if err != nil {
 		return nil, fmt.Errorf("dlq: marshalling the envelope of fingerprint %s: %w", env.Fingerprint, err)
 	}
-	update := append(bson.D{{Key: "$setOnInsert", Value: bson.Raw(soi)}}, envelope.RecaptureUpdate(env.Attempts, env.LastSeen)...)
+	update := append(bson.D{{Key: "$setOnInsert", Value: bson.Raw(soi)}}, envelope.RecaptureUpdateN(env.Attempts, env.Copies(), env.LastSeen)...)
 	return mongo.NewUpdateOneModel().
 		SetFilter(bson.D{{Key: "fingerprint", Value: env.Fingerprint}}).
 		SetUpdate(update).
@@ -303,13 +303,13 @@ func (s *MongoSink) insert(ctx context.Context, envs []envelope.Envelope, asByte
 // idx, and returns those it found no envelope for.
 func (s *MongoSink) update(ctx context.Context, envs []envelope.Envelope, idx []int) ([]int, error) {
 	type key struct {
-		attempts int
-		lastSeen int64
+		attempts, copies int
+		lastSeen         int64
 	}
 	groups := map[key][]string{}
 	var order []key
 	for _, i := range idx {
-		k := key{envs[i].Attempts, envs[i].LastSeen.UnixMilli()}
+		k := key{envs[i].Attempts, envs[i].Copies(), envs[i].LastSeen.UnixMilli()}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
@@ -319,7 +319,7 @@ func (s *MongoSink) update(ctx context.Context, envs []envelope.Envelope, idx []
 	for _, k := range order {
 		models = append(models, mongo.NewUpdateManyModel().
 			SetFilter(bson.D{{Key: "fingerprint", Value: bson.D{{Key: "$in", Value: groups[k]}}}}).
-			SetUpdate(envelope.RecaptureUpdate(k.attempts, time.UnixMilli(k.lastSeen).UTC())))
+			SetUpdate(envelope.RecaptureUpdateN(k.attempts, k.copies, time.UnixMilli(k.lastSeen).UTC())))
 	}
 	res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -37,12 +38,14 @@ type sinkConfig struct {
 	insertFirst   bool
 	setup         []SetupOption
 	logger        *slog.Logger
-	errs          []error
+	// indexCheckInterval: WithIndexCheckInterval.
+	indexCheckInterval time.Duration
+	errs               []error
 }
 
 // newSinkConfig applies opts; c.err() reports what was wrong with them.
 func newSinkConfig(opts []SinkOption) sinkConfig {
-	c := sinkConfig{upsertRetries: DefaultUpsertRetries}
+	c := sinkConfig{upsertRetries: DefaultUpsertRetries, indexCheckInterval: DefaultIndexCheckInterval}
 	for i, o := range opts {
 		if o == nil {
 			c.errs = append(c.errs, fmt.Errorf("dlq: sink option %d is nil", i))
@@ -175,4 +178,31 @@ func WithSetup(opts ...SetupOption) SinkOption {
 // Ignored by FileSink.
 func WithLogger(l *slog.Logger) SinkOption {
 	return sinkOptionFunc(func(c *sinkConfig) { c.logger = l })
+}
+
+// DefaultIndexCheckInterval is WithIndexCheckInterval's default.
+const DefaultIndexCheckInterval = 5 * time.Second
+
+// WithIndexCheckInterval sets how often, at most, MongoSink lists the
+// dead-letter collection's indexes to check that its unique fingerprint
+// index is there (see MongoSink, "Lost indexes"): d ≥ 0, default
+// DefaultIndexCheckInterval (5 s); 0 checks before every Put (one
+// listIndexes round trip per Put). A Put checks when the last check
+// that found the index is d old or more, and at once after a Put that
+// failed (any error: the collection may be gone). The staleness is
+// bounded so: a dropped collection or a replaced index is noticed by the
+// first Put d after the last check, or by the Put after any error; the
+// Puts in between write as if the index were there (a dropped
+// collection comes back without it, so in that window a recapture in
+// insert-first mode, or two racing first captures, can make a second
+// envelope of one payload, which a replay meets by _id for inserts).
+// A negative d is an error naming it. Ignored by FileSink.
+func WithIndexCheckInterval(d time.Duration) SinkOption {
+	return sinkOptionFunc(func(c *sinkConfig) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Errorf("dlq: WithIndexCheckInterval(%v): want ≥ 0", d))
+			return
+		}
+		c.indexCheckInterval = d
+	})
 }

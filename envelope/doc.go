@@ -42,7 +42,8 @@
 // cut, listed in Cut, only when that keeps the whole original inline,
 // else the original set apart in Pieces, never cut); StoredFields and InsertFields are the
 // document stored for a first capture and the fields a recapture leaves
-// alone, RecaptureUpdate what a recapture changes, StoredDocument the
+// alone, RecaptureUpdateN what a recapture changes (attempts added,
+// last_seen and multiplicity kept at their largest), StoredDocument the
 // whole for tests and tools. A document the server could not store as a
 // sub-document (dotted, "$"-prefixed or duplicated keys, ...) is kept as
 // its exact bytes in <field>_raw (Binary). Decode reads every format

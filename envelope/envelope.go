@@ -141,6 +141,16 @@ type Envelope struct {
 	LastSeen  time.Time `bson:"last_seen" json:"last_seen"`
 	// Attempts counts the captures of this payload (≥ 1).
 	Attempts int `bson:"attempts" json:"attempts"`
+	// Multiplicity is how many identical inputs one guarded call carried
+	// (the same fingerprint: documents without _id that differ in nothing
+	// else, or identical write models): the largest number any capture
+	// saw, so that a call that re-sends the same slice (the finishing
+	// pattern) does not multiply it. A replay writes that many (see
+	// CopyID). 0 (an envelope stored before the field existed) and 1
+	// both mean one. An insert whose _id the caller gave is one document
+	// whatever its number (its copies would be duplicate keys): 1. Stored
+	// with $max (RecaptureUpdateN); format 2.
+	Multiplicity int `bson:"multiplicity,omitempty" json:"multiplicity,omitempty"`
 	// Status is one of Statuses.
 	Status string `bson:"status" json:"status"`
 	// ReplayFailures counts the replays that tried the envelope and did

@@ -93,9 +93,10 @@ func storedSize(env Envelope) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	// fingerprint, attempts, last_seen, status, as stored.
+	// fingerprint, attempts, multiplicity, last_seen, status, as stored.
 	const operatorFields = 1 + len("fingerprint") + 1 + 4 + 64 + 1 +
 		1 + len("attempts") + 1 + 4 +
+		1 + len("multiplicity") + 1 + 4 +
 		1 + len("last_seen") + 1 + 8 +
 		1 + len("status") + 1 + 4 + len(StatusDiscarded) + 1
 	return len(raw) + operatorFields, nil

@@ -1,6 +1,8 @@
 package envelope
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -275,6 +277,7 @@ func StoredFields(env Envelope, asBytes string) bson.D {
 	d := append(bson.D{{Key: "fingerprint", Value: env.Fingerprint}}, InsertFields(env, asBytes)...)
 	return append(d,
 		bson.E{Key: "attempts", Value: int32(env.Attempts)},
+		bson.E{Key: "multiplicity", Value: int32(env.Copies())},
 		bson.E{Key: "last_seen", Value: env.LastSeen},
 		bson.E{Key: "status", Value: StatusPending},
 	)
@@ -282,7 +285,8 @@ func StoredFields(env Envelope, asBytes string) bson.D {
 
 // RecaptureUpdate is the update dlq.MongoSink applies to the stored
 // envelope of a payload captured again: {$inc: {attempts}, $max:
-// {last_seen}, $set: {status: "pending"}}.
+// {last_seen}, $set: {status: "pending"}}. RecaptureUpdateN also keeps
+// the multiplicity.
 func RecaptureUpdate(attempts int, lastSeen time.Time) bson.D {
 	return bson.D{
 		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: int32(attempts)}}},
@@ -290,6 +294,24 @@ func RecaptureUpdate(attempts int, lastSeen time.Time) bson.D {
 		{Key: "$set", Value: bson.D{{Key: "status", Value: StatusPending}}},
 	}
 }
+
+// RecaptureUpdateN is RecaptureUpdate that also keeps the largest
+// multiplicity any capture saw: {$inc: {attempts}, $max: {last_seen,
+// multiplicity}, $set: {status: "pending"}} (Envelope.Multiplicity; a
+// multiplicity below 1 counts as 1). $max, not $inc: a call that re-sends
+// the same inputs, or a retried Put, does not multiply it; and on the
+// upsert that inserts the envelope, $max of a missing field sets it.
+func RecaptureUpdateN(attempts, multiplicity int, lastSeen time.Time) bson.D {
+	return bson.D{
+		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: int32(attempts)}}},
+		{Key: "$max", Value: bson.D{{Key: "last_seen", Value: lastSeen}, {Key: "multiplicity", Value: int32(max(multiplicity, 1))}}},
+		{Key: "$set", Value: bson.D{{Key: "status", Value: StatusPending}}},
+	}
+}
+
+// Copies returns how many writes a replay of env makes: its
+// Multiplicity, at least 1.
+func (e Envelope) Copies() int { return max(e.Multiplicity, 1) }
 
 // PrepareStored returns env ready to be stored for a first capture: its
 // first_seen defaults to now (UTC, in milliseconds) and its last_seen to
@@ -327,4 +349,64 @@ func StoredDocument(env Envelope) (bson.Raw, error) {
 		return nil, err
 	}
 	return bson.Marshal(StoredFields(e, ""))
+}
+
+// CopyID returns the _id of copy k (1, 2, ...) of an insert whose
+// writeguard-assigned _id is id, which a replay of an envelope of
+// Multiplicity n > 1 writes for copies 1 to n-1 (copy 0 is the original,
+// with id): the same value on every replay, so that a second replay of a
+// copy is a duplicate key, as for the original. For an ObjectID: the
+// same 4-byte timestamp, then the first 8 bytes of SHA-256(id's 12 bytes,
+// "copy", k as 8 bytes big-endian). For any other type: the document
+// {_id: id, copy: k}. k ≤ 0 returns id.
+func CopyID(id bson.RawValue, k int) bson.RawValue {
+	if k <= 0 {
+		return id
+	}
+	if oid, ok := id.ObjectIDOK(); ok {
+		h := sha256.New()
+		h.Write(oid[:])
+		h.Write([]byte("copy"))
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(k))
+		h.Write(n[:])
+		var out bson.ObjectID
+		copy(out[:4], oid[:4])
+		copy(out[4:], h.Sum(nil)[:8])
+		return bson.RawValue{Type: bson.TypeObjectID, Value: out[:]}
+	}
+	doc, err := bson.Marshal(bson.D{{Key: "_id", Value: id}, {Key: "copy", Value: int64(k)}})
+	if err != nil {
+		return id
+	}
+	return bson.RawValue{Type: bson.TypeEmbeddedDocument, Value: doc}
+}
+
+// WithID returns doc with the value of its top-level _id replaced by id
+// (every other element byte for byte, in order); doc itself when it has
+// no _id or is not valid BSON.
+func WithID(doc bson.Raw, id bson.RawValue) bson.Raw {
+	elems, err := doc.Elements()
+	if err != nil {
+		return doc
+	}
+	out := make([]byte, 4, len(doc)+len(id.Value))
+	found := false
+	for _, el := range elems {
+		if el.Key() == "_id" && !found {
+			found = true
+			out = append(out, byte(id.Type))
+			out = append(out, "_id"...)
+			out = append(out, 0)
+			out = append(out, id.Value...)
+			continue
+		}
+		out = append(out, el...)
+	}
+	if !found {
+		return doc
+	}
+	out = append(out, 0)
+	binary.LittleEndian.PutUint32(out, uint32(len(out)))
+	return out
 }

@@ -212,7 +212,7 @@ func TestStoredFieldsOrder(t *testing.T) {
 	}
 	want := []string{"fingerprint", "schema_version", "original", "document_id", "id_assigned", "err_info", "failing_keywords",
 		"failing_paths", "code", "code_name", "errmsg", "labels", "namespace", "operation", "batch_index", "first_seen",
-		"trace_id", "span_id", "attempts", "last_seen", "status"}
+		"trace_id", "span_id", "attempts", "multiplicity", "last_seen", "status"}
 	if !slices.Equal(keys, want) {
 		t.Errorf("fields %v\nwant %v", keys, want)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/policy"
 )
 
 // DLQObserver is the poller ObserveDLQ starts: one reader of a dead-letter
@@ -143,7 +144,7 @@ func (o *DLQObserver) run(ctx context.Context, interval time.Duration) {
 		if err := o.poll(ctx); err != nil && ctx.Err() == nil && o.now().Sub(logged) >= time.Minute {
 			logged = o.now()
 			o.logger.LogAttrs(ctx, slog.LevelWarn, "otelhook: reading the dead-letter collection failed; the backlog gauges keep the last figures",
-				slog.String("collection", o.dlq.Name()), slog.String("database", o.dlq.Database().Name()), slog.String("error", err.Error()))
+				slog.String("collection", o.dlq.Name()), slog.String("database", o.dlq.Database().Name()), slog.String("error", policy.ScrubError(err)))
 		}
 	}
 }

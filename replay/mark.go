@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard/envelope"
+	"github.com/writeguard/writeguard/policy"
 )
 
 // judge sets, for each entry, whether its outcome is a failed replay of
@@ -113,7 +114,7 @@ func (r *runner) count(e *entry, c *Counts) {
 func (r *runner) problem(e *entry, outcome string) {
 	if len(r.res.Problems) < maxProblems {
 		r.res.Problems = append(r.res.Problems, Problem{
-			EnvelopeID: e.env.ID, Fingerprint: e.env.Fingerprint, Outcome: outcome, Code: e.code, Reason: e.reason,
+			EnvelopeID: e.env.ID, Fingerprint: e.env.Fingerprint, Outcome: outcome, Code: e.code, Reason: policy.ScrubValues(e.reason),
 		})
 	}
 }

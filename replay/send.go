@@ -171,9 +171,14 @@ func holdAmbiguous(send []*entry) (targetDown bool) {
 
 // send writes one group of entries of equal call options with one
 // unordered BulkWrite (each envelope is one write of its own: see
-// envelope.CallOptions) and classifies each entry's outcome; *writeErr
-// keeps the last whole error.
+// envelope.CallOptions; an envelope of Multiplicity n is n writes, see
+// withCopies) and classifies each entry's outcome; *writeErr keeps the
+// last whole error.
 func (r *runner) send(ctx context.Context, group []*entry, writeErr *error) {
+	group, copies := withCopies(group) // an envelope of several identical inputs: all of them
+	if copies != nil {
+		defer foldCopies(group, copies)
+	}
 	models := make([]mongo.WriteModel, len(group))
 	for i, e := range group {
 		models[i] = e.model

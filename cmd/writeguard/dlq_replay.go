@@ -384,7 +384,7 @@ func (rr *replayRun) report(stdout io.Writer, outs []replayOut, left deadletter.
 			out["pending"] = left.Pending
 		}
 		if runErr != nil {
-			out["error"] = runErr.Error()
+			out["error"] = scrubbed(runErr.Error())
 		}
 		if err := writeJSON(stdout, out); err != nil {
 			return failure(rr.stderr, "dlq replay", err)
@@ -476,7 +476,7 @@ func printReplay(w io.Writer, outs []replayOut, f dlqFlags, validator bson.D) {
 				fmt.Fprintf(w, "  ... %d more problems (--json lists up to 100)\n", len(o.Problems)-10)
 				break
 			}
-			fmt.Fprintf(w, "  %s %s (id %s): %s\n", p.Outcome, p.Fingerprint[:min(12, len(p.Fingerprint))], rawString(p.EnvelopeID), p.Reason)
+			fmt.Fprintf(w, "  %s %s (id %s): %s\n", p.Outcome, p.Fingerprint[:min(12, len(p.Fingerprint))], rawString(p.EnvelopeID), scrubbed(p.Reason))
 		}
 	}
 }

@@ -21,13 +21,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"regexp"
 	"strings"
 	"syscall"
 
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/redact"
+	"github.com/writeguard/writeguard/policy"
 )
 
 // Exit statuses scripts can rely on.
@@ -176,14 +176,13 @@ func checkURI(uri string) error {
 // quotes them; a URI in them is printed redacted (redact.URI).
 var scrub redact.Scrubber
 
-// dupKeyRE finds the values of a duplicate key error's message ("dup key:
-// { email: \"a@b.c\" }"): the values of a unique key are users' data.
-var dupKeyRE = regexp.MustCompile(`dup key: \{[^}]*\}`)
-
 // scrubbed returns a message fit to print: the secrets of the URIs given
-// scrubbed, and the values of a duplicate key error left out.
+// scrubbed, and the values a server message quotes (a duplicate key's
+// "dup key: { email: ? }", ...) left out by the library's scrubber,
+// policy.ScrubValues: the values of a unique key are users' data. Only
+// dlq show and dlq list print stored originals.
 func scrubbed(msg string) string {
-	return dupKeyRE.ReplaceAllString(scrub.String(msg), "dup key: { ... }")
+	return policy.ScrubValues(scrub.String(msg))
 }
 
 // usageError prints a usage error naming what was wrong and returns 2.

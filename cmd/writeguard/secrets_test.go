@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/writeguard/writeguard/replay"
 )
 
 // TestNoSecretInOutput: whatever the command prints about a -uri (a usage
@@ -59,5 +61,17 @@ func TestScrubbedDupKey(t *testing.T) {
 	js := `"Description": "E11000 duplicate key error collection: shop.users index: email_1 dup key: { email: \"carol@example.com\" }",`
 	if got := scrubbed(js); strings.Contains(got, "carol@example.com") || !strings.HasSuffix(got, `}",`) {
 		t.Errorf("scrubbed JSON = %q", got)
+	}
+}
+
+// TestReplayOutputScrubbed (issue 30 item 6): dlq replay's table names a
+// problem's duplicate key fields, never their values.
+func TestReplayOutputScrubbed(t *testing.T) {
+	var b strings.Builder
+	res := replay.Result{Problems: []replay.Problem{{Outcome: "conflict", Fingerprint: "0123456789abcdef", Code: 11000,
+		Reason: `E11000 duplicate key error collection: shop.users index: email_1 dup key: { email: "carol@example.com" }`}}}
+	printReplay(&b, []replayOut{{Namespace: "shop.users", Result: res}}, dlqFlags{}, nil)
+	if out := b.String(); strings.Contains(out, "carol@example.com") || !strings.Contains(out, "dup key: { email: ? }") {
+		t.Errorf("dlq replay printed:\n%s", out)
 	}
 }

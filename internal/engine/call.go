@@ -177,9 +177,12 @@ type Call struct {
 	hint     string
 	extra    []error
 	parked   []*item // invalid items waiting for the dead-letter sink
-	window   int     // ordered: documents per attempt (0: all pending)
-	offset   int     // position of the current command's first statement in its pass
-	lim      *Limits // the server's limits, once asked (commands.go)
+	// copies counts, per fingerprint, the identical inputs of this call
+	// handed to the sink so far (collapse, deadletter.go).
+	copies map[string]int
+	window int     // ordered: documents per attempt (0: all pending)
+	offset int     // position of the current command's first statement in its pass
+	lim    *Limits // the server's limits, once asked (commands.go)
 	// noUniqueID: _id is not unique where the documents land (asked of
 	// Config.UniqueID once, when an insert may have been applied).
 	noUniqueID, uniqueAsked bool

@@ -2,7 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/writeguard/writeguard/envelope"
@@ -57,6 +60,8 @@ func (c *Call) deadLetter(ctx context.Context, its []*item) {
 	if len(its) == 0 {
 		return
 	}
+	ctx, release := graceContext(ctx, c.e.cfg.DeadLetterGrace)
+	defer release()
 	e := c.e
 	now := e.cfg.Clock.Now().UTC().Truncate(time.Millisecond)
 	envs := make([]envelope.Envelope, len(its))
@@ -68,7 +73,64 @@ func (c *Call) deadLetter(ctx context.Context, its []*item) {
 		envs[i] = c.envelopeFor(it, now, traceID, spanID)
 		it.keywords = envs[i].FailingKeywords
 	}
+	envs, owner := c.collapse(envs)
+	errs := c.putAll(ctx, envs)
+	for i, it := range its {
+		if err := errs[owner[i]]; err != nil {
+			it.err = err
+			it.reason = ReasonSinkFailed
+			c.settle(it, policy.DeadLetterFailed)
+		} else {
+			c.settle(it, policy.DeadLettered)
+		}
+	}
+}
+
+// collapse merges the envelopes of one gathered Put that share a
+// fingerprint (identical inputs: documents without _id that differ in
+// nothing else, identical models) into one, whose Attempts adds theirs
+// and whose Multiplicity is the number of such inputs this call has
+// handed to the sink so far (c.copies, across its gathered Puts: the
+// sinks keep the largest they see, so the call's last Put of a
+// fingerprint carries its total). An insert whose _id the caller gave
+// counts once: its copies are one document. owner[i] is the index in
+// out of envs[i].
+func (c *Call) collapse(envs []envelope.Envelope) (out []envelope.Envelope, owner []int) {
+	at := make(map[string]int, len(envs))
+	owner = make([]int, len(envs))
+	for i, env := range envs {
+		k, ok := at[env.Fingerprint]
+		if !ok {
+			k = len(out)
+			at[env.Fingerprint] = k
+			out = append(out, env)
+		} else {
+			out[k].Attempts += env.Attempts
+		}
+		owner[i] = k
+		if env.Kind != envelope.KindInsertOne || env.IDAssigned {
+			if c.copies == nil {
+				c.copies = map[string]int{}
+			}
+			c.copies[env.Fingerprint]++
+		}
+	}
+	for k := range out {
+		out[k].Multiplicity = max(c.copies[out[k].Fingerprint], 1)
+	}
+	return out, owner
+}
+
+// putAll stores envs in the sink, then those it did not confirm in the
+// fallback sink, and returns one error per envelope (nil: stored).
+func (c *Call) putAll(ctx context.Context, envs []envelope.Envelope) []error {
+	e := c.e
 	errs := c.put(ctx, e.cfg.Sink, envs, false)
+	for i, err := range errs {
+		if err != nil {
+			errs[i] = &SinkError{Kind: e.sinkKind(err), Err: err}
+		}
+	}
 	if e.cfg.Fallback != nil {
 		// Only the envelopes the sink did not confirm go to the fallback.
 		var idx []int
@@ -84,18 +146,93 @@ func (c *Call) deadLetter(ctx context.Context, its []*item) {
 				if ferrs[k] == nil {
 					errs[i] = nil
 				} else {
-					errs[i] = fmt.Errorf("%w; fallback sink: %w", errs[i], ferrs[k])
+					se := errs[i].(*SinkError)
+					se.Kind += "; fallback: " + e.sinkKind(ferrs[k])
+					se.Err = fmt.Errorf("%w; fallback sink: %w", se.Err, ferrs[k])
 				}
 			}
 		}
 	}
-	for i, it := range its {
-		if err := errs[i]; err != nil {
-			it.err = fmt.Errorf("writeguard: dead-letter sink: %w", err)
-			it.reason = ReasonSinkFailed
-			c.settle(it, policy.DeadLetterFailed)
-		} else {
-			c.settle(it, policy.DeadLettered)
+	return errs
+}
+
+// SinkError is the error of a document whose envelope no sink stored
+// (disposition dead_letter_failed): Kind names the sink's failure by code
+// and class, without values ("13 Unauthorized, permanent"; "client:
+// context deadline exceeded, ..."; with a fallback sink, "<sink's>;
+// fallback: <fallback's>"), Err is the sinks' error.
+type SinkError struct {
+	Kind string
+	Err  error
+}
+
+// Error returns "writeguard: dead-letter sink failed (<Kind>): <Err>",
+// Err's text scrubbed of the values it may quote (policy.ScrubValues).
+func (e *SinkError) Error() string {
+	return "writeguard: dead-letter sink failed (" + e.Kind + "): " + policy.ScrubError(e.Err)
+}
+
+// Unwrap returns Err.
+func (e *SinkError) Unwrap() error { return e.Err }
+
+// sinkKind names a sink's failure: its code and code name (FailureKind;
+// a file sink's system error by its errno text, a context's end as
+// such), then its class under the collection's classifier.
+func (e *Engine) sinkKind(err error) string {
+	fs := policy.Extract(err)
+	if len(fs) == 0 {
+		return "unknown"
+	}
+	f := &fs[0]
+	kind := FailureKind(f)
+	var errno syscall.Errno
+	switch {
+	case f.Code != 0:
+	case errors.Is(err, context.DeadlineExceeded):
+		kind = "client: " + context.DeadlineExceeded.Error()
+	case errors.Is(err, context.Canceled):
+		kind = "client: " + context.Canceled.Error()
+	case errors.As(err, &errno):
+		kind = "system: " + errno.Error()
+	}
+	return kind + ", " + e.cfg.Classifier.Classify(*f).String()
+}
+
+// graceContext returns the context of a gathered dead-letter Put: ctx's
+// values without its cancellation, ended grace after ctx ends (its
+// deadline passes or it is cancelled, before or during the Put) and at
+// the latest grace after ctx's deadline. So a call whose writes ended in
+// time also dead-letters them, even when its context ends between its
+// last write command and the Put (the finishing pattern of a call made
+// with a deadline), and returns at most about grace after its deadline.
+// grace 0 (or less) keeps ctx as it is. release frees the timer.
+func graceContext(ctx context.Context, grace time.Duration) (context.Context, func()) {
+	if grace <= 0 {
+		return ctx, func() {}
+	}
+	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cancels := []func(){cancel}
+	if dl, ok := ctx.Deadline(); ok {
+		var c2 context.CancelFunc
+		gctx, c2 = context.WithDeadline(gctx, dl.Add(grace))
+		cancels = append(cancels, c2)
+	}
+	var timer *time.Timer
+	var mu sync.Mutex
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		timer = time.AfterFunc(grace, cancel)
+	})
+	return gctx, func() {
+		stop()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		for _, c := range cancels {
+			c()
 		}
 	}
 }

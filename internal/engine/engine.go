@@ -38,13 +38,17 @@ type Resolver func(ctx context.Context, operation string, index int, doc bson.Ra
 // Sink, Fallback and Budget (nil: none), Logger (nil: no logging) and
 // those whose nil meaning their doc states.
 type Config struct {
-	Namespace         string // "<database>.<collection>"
-	Database          string
-	Collection        string
-	Classifier        policy.Classifier
-	Backoff           policy.Backoff // with defaults applied
-	Budget            *policy.Budget
-	Sink, Fallback    envelope.Sink
+	Namespace      string // "<database>.<collection>"
+	Database       string
+	Collection     string
+	Classifier     policy.Classifier
+	Backoff        policy.Backoff // with defaults applied
+	Budget         *policy.Budget
+	Sink, Fallback envelope.Sink
+	// DeadLetterGrace is how long a gathered dead-letter Put may go on
+	// after the call's context ended (graceContext, deadletter.go); 0:
+	// the Put ends with the call's context.
+	DeadLetterGrace   time.Duration
 	Resolve           Resolver
 	Hooks             hooks.Hooks // composed (hooks.Compose): every func set
 	Observed          bool        // hooks were given: build per-document events

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
@@ -31,17 +32,18 @@ func dlEnvelope(t *testing.T, id int, sku string) envelope.Envelope {
 }
 
 // TestDLSinkReestablishesDroppedIndexes: the dead-letter collection is
-// dropped while the application runs. The next Put finds the unique
-// fingerprint index gone, re-establishes it (and says so, in the log and
-// in Reestablished) before storing, so that recaptures still merge into
-// one envelope. Before the change the collection came back without any
-// index and, in insert-first mode, each recapture became a new envelope
-// (3 envelopes of one payload here), which a replay would write three
-// times.
+// dropped while the application runs. The next Put that checks (here
+// every Put: WithIndexCheckInterval(0); TestDLSinkIndexCheckInterval for
+// the default) finds the unique fingerprint index gone, re-establishes it
+// (and says so, in the log and in Reestablished) before storing, so that
+// recaptures still merge into one envelope. Before the change the
+// collection came back without any index and, in insert-first mode, each
+// recapture became a new envelope (3 envelopes of one payload here),
+// which a replay would write three times.
 func TestDLSinkReestablishesDroppedIndexes(t *testing.T) {
 	b := newDLBed(t, nil)
 	var logged bytes.Buffer
-	sink := dlq.NewMongoSink(b.dlq, dlq.WithInsertFirst(),
+	sink := dlq.NewMongoSink(b.dlq, dlq.WithInsertFirst(), dlq.WithIndexCheckInterval(0),
 		dlq.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
 	env := dlEnvelope(t, 1, "A")
 	if err := sink.Put(b.ctx, []envelope.Envelope{env}); err != nil {
@@ -179,5 +181,94 @@ func TestDLSinkIndexCheckUnauthorized(t *testing.T) {
 	}
 	if n := strings.Count(logged.String(), "13 Unauthorized"); n != 1 {
 		t.Errorf("said %d times that it cannot check, want once: %q", n, logged.String())
+	}
+}
+
+// TestDLSinkIndexCheckInterval (issue 30 item 9): with the default
+// interval (5 s) the index check is not a round trip per Put: 20 Puts
+// list the indexes once (MongoSink.IndexChecks). A Put that fails makes the next one check at once: after
+// the collection is dropped and a Put fails (an insert refused through
+// the proxy), the next Put finds the index gone and re-establishes it,
+// and recaptures merge into one envelope again.
+func TestDLSinkIndexCheckInterval(t *testing.T) {
+	b := newDLBed(t, nil)
+	ns := b.dbName + "." + dlDLQ
+	sink := dlq.NewMongoSink(b.adb.Collection(dlDLQ), dlq.WithInsertFirst())
+	for i := 1; i <= 20; i++ {
+		if err := sink.Put(b.ctx, []envelope.Envelope{dlEnvelope(t, i, "A")}); err != nil {
+			t.Fatalf("Put %d: %v", i, err)
+		}
+	}
+	if n := sink.IndexChecks(); n != 1 {
+		t.Errorf("20 Puts listed the indexes %d times, want 1", n)
+	}
+	env := dlEnvelope(t, 100, "B")
+	if err := b.dlq.Drop(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.proxy.SetScript(faultproxy.MustScript(
+		faultproxy.On("insert").In(ns).Do(faultproxy.ErrorReply(faultproxy.CommandError{Code: 91, CodeName: "ShutdownInProgress", Message: "refused by the test"})),
+	))
+	if err := sink.Put(b.ctx, []envelope.Envelope{env}); err == nil {
+		t.Fatal("the refused Put succeeded")
+	}
+	for i := 0; i < 3; i++ {
+		if err := sink.Put(b.ctx, []envelope.Envelope{env}); err != nil {
+			t.Fatalf("Put %d after the failure: %v", i, err)
+		}
+	}
+	if n := sink.IndexChecks(); n != 3 {
+		// The first Put's; then the Put after the failure lists twice:
+		// it finds the index gone, then looks again under the
+		// re-establishment lock.
+		t.Errorf("index checks %d, want 3 (the first Put, twice for the one after the failure)", n)
+	}
+	if n := sink.Reestablished(); n != 1 {
+		t.Errorf("Reestablished() = %d, want 1", n)
+	}
+	if n := b.count(dlDLQ, bson.D{{Key: "fingerprint", Value: env.Fingerprint}}); n != 1 {
+		t.Errorf("%d envelopes of one payload, want 1", n)
+	}
+}
+
+// TestDLSinkIndexReplacedByNonUnique: the unique fingerprint index is
+// replaced by a non-unique one on the same key. The next Put that checks
+// (WithIndexCheckInterval(0): every Put) refuses to store (the index
+// cannot be re-established over a non-unique one with its name) or
+// re-establishes it; either way no second envelope of a payload is
+// stored.
+func TestDLSinkIndexReplacedByNonUnique(t *testing.T) {
+	b := newDLBed(t, nil)
+	sink := dlq.NewMongoSink(b.dlq, dlq.WithInsertFirst(), dlq.WithIndexCheckInterval(0))
+	env := dlEnvelope(t, 1, "A")
+	if err := sink.Put(b.ctx, []envelope.Envelope{env}); err != nil {
+		t.Fatal(err)
+	}
+	idx, err := b.dlq.Indexes().ListSpecifications(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range idx {
+		if s.Unique != nil && *s.Unique && s.Name != "_id_" {
+			if err := b.dlq.Indexes().DropOne(b.ctx, s.Name); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := b.dlq.Indexes().CreateOne(b.ctx, mongo.IndexModel{Keys: bson.D{{Key: "fingerprint", Value: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	checks := sink.IndexChecks()
+	for i := 0; i < 2; i++ {
+		err := sink.Put(b.ctx, []envelope.Envelope{env})
+		if err != nil && !errors.Is(err, dlq.ErrIndexMissing) {
+			t.Fatalf("Put %d: %v, want nil or ErrIndexMissing", i, err)
+		}
+	}
+	if sink.IndexChecks() == checks {
+		t.Error("no index check after the replacement")
+	}
+	if n := b.count(dlDLQ, bson.D{{Key: "fingerprint", Value: env.Fingerprint}}); n != 1 {
+		t.Errorf("%d envelopes of one payload over a non-unique index, want 1", n)
 	}
 }
