@@ -45,6 +45,7 @@ type config struct {
 	uniqueID          *bool                // declared by WithUniqueID; nil: learned from the target
 	registry          *bson.Registry       // WithRegistry; nil: the default
 	bsonOpts          *options.BSONOptions // WithBSONOptions; nil: none
+	noDriverRetries   bool                 // WithDriverRetryWrites(false)
 	errs              []error
 }
 
@@ -341,4 +342,25 @@ func WithIdempotent(ctx context.Context) context.Context {
 func idempotent(ctx context.Context) bool {
 	v, _ := ctx.Value(idempotentKey).(bool)
 	return v
+}
+
+// WithDriverRetryWrites declares whether the client of the guarded
+// collection retries writes itself (the driver's retryWrites, on by
+// default; options.Client().SetRetryWrites, or retryWrites=false in the
+// URI). writeguard cannot read the client's setting, so it assumes the
+// driver's default: one driver call of a retryable write (InsertOne,
+// InsertMany, UpdateOne, ReplaceOne, DeleteOne, FindOneAnd*, a BulkWrite
+// command without multi statements) may be several attempts, and an
+// error that says "not sent" or "nothing written" (a deadline or
+// cancellation before the send, a cleared pool at checkout, an overload
+// reply labelled NoWritesPerformed) describes only the last of them: an
+// earlier one may have been applied (policy.ReplyShape.Hidden, with the
+// driver lines). Declare false only when the client's retryable writes are
+// off: then such an error proves the write not sent, and writeguard may
+// send it again. A false declaration on a client that does retry makes a
+// non-idempotent update that an earlier driver attempt applied be sent
+// again. Install the command monitor (Monitor) to read each attempt from
+// the wire instead.
+func WithDriverRetryWrites(on bool) Option {
+	return optionFunc(func(c *config) { c.noDriverRetries = !on })
 }

@@ -142,23 +142,85 @@ type ReplyShape struct {
 	// Source names the specification, server code or driver behaviour the
 	// row follows.
 	Source string
+	// Hidden is what the failure proves about every document of the
+	// command when an earlier attempt of the same driver call may have
+	// been sent: the driver retries a retryable write inside one call
+	// (retryable-writes spec; with a deadline or a client Timeout, until
+	// the time runs out) and its error describes its last attempt only.
+	// It equals Failed for every row whose proof holds whatever an
+	// earlier attempt did, and is MaybeApplied for the rows that say
+	// "not sent" or "nothing written" of the last attempt alone.
+	Hidden Proof
+	// HiddenSource names the driver lines that return this shape after
+	// an earlier attempt (mongo-go-driver v2.10.0
+	// x/mongo/driver/operation.go), or why none can.
+	HiddenSource string
 }
 
 // ReplyShapes returns the table of what each failure shape proves, one row
 // per Shape in Shape order (a copy: the table itself cannot be changed).
 // Failure.Proof looks the proof up in it; the write loop reads every proof
 // from it (Failed, Others and Tail), none is written anywhere else.
-func ReplyShapes() []ReplyShape { return append([]ReplyShape(nil), replyShapes[:]...) }
+func ReplyShapes() []ReplyShape {
+	out := make([]ReplyShape, shapeCount)
+	for s := range out {
+		out[s] = Shape(s).Row()
+	}
+	return out
+}
 
 // Row returns the shape's row of ReplyShapes.
 func (s Shape) Row() ReplyShape {
 	if s < shapeCount {
-		return replyShapes[s]
+		t := replyShapes[s]
+		r := ReplyShape{Shape: t.Shape, Name: t.Name, Failed: t.Failed, Others: t.Others, Tail: t.Tail, Source: t.Source, Hidden: t.Failed, HiddenSource: hiddenSame}
+		if h, ok := hiddenRows[s]; ok {
+			r.Hidden, r.HiddenSource = h.proof, h.source
+		}
+		return r
 	}
-	return ReplyShape{Shape: s, Name: "shape(" + strconv.Itoa(int(s)) + ")", Failed: MaybeApplied, Others: MaybeApplied, Tail: MaybeApplied}
+	return ReplyShape{Shape: s, Name: "shape(" + strconv.Itoa(int(s)) + ")", Failed: MaybeApplied, Others: MaybeApplied, Tail: MaybeApplied, Hidden: MaybeApplied}
 }
 
-var replyShapes = [shapeCount]ReplyShape{
+// ProofAfter returns what f proves about the document it names when
+// hidden says an earlier attempt of the same driver call may have been
+// sent (its row's Hidden), or Proof() otherwise.
+func (f *Failure) ProofAfter(hidden bool) Proof {
+	if hidden {
+		return f.Shape.Row().Hidden
+	}
+	return f.Proof()
+}
+
+const hiddenSame = "a reply of the last attempt proves the same after any earlier one: the server answered this attempt, and a retried statement that an earlier attempt ran is answered from the session's history (retryable-writes spec), not run again"
+
+type hiddenRow struct {
+	proof  Proof
+	source string
+}
+
+// hiddenRows are the rows whose proof describes the driver's last attempt
+// only: v2.10.0 returns them after an earlier attempt of the same call was
+// sent (x/mongo/driver/operation.go, Operation.Execute).
+var hiddenRows = map[Shape]hiddenRow{
+	ShapeTimeoutBeforeSend: {MaybeApplied, "operation.go 747-750: calculateMaxTimeMS fails a retry whose deadline leaves no time and returns its own error; 818-822: ctx.Err() or ErrDeadlineWouldBeExceeded before a retry's roundTrip; 671-673: a retry starts by returning prevErr when that is a context error: the attempt before may have been applied"},
+	ShapeContextBeforeSend: {MaybeApplied, "operation.go 818-819: ctx.Err() (cancelled) checked before a retry's roundTrip replaces the earlier attempt's error; 644-646: a cancelled overload backoff returns the current error"},
+	ShapeCheckout:          {MaybeApplied, "operation.go 583-585 resetForRetry sets prevErr to a retry's pool-cleared checkout error (691-696), and 700-701 returns that prevErr when the next checkout fails: the pool error replaces an earlier attempt's lost reply"},
+	ShapeNoWritesPerformed: {MaybeApplied, "operation.go 637-646: an overload backoff cut short by the deadline or the context returns the retry's own error, labelled NoWritesPerformed, bypassing the prevIndefiniteErr rule (893-900) that returns an earlier attempt's indefinite error"},
+	ShapeServerSelection:   {NotSent, "operation.go 698-703: a retry whose server selection fails returns the previous attempt's error, never the selection error: a returned selection error is the first attempt's"},
+	ShapeClient:            {NotSent, "client errors are raised while the driver builds the call's models, before its first attempt (mongo/bulk_write.go, mongo/collection.go)"},
+}
+
+// shapeRow is a row of replyShapes: ReplyShape without its Hidden proof
+// (hiddenRows; Failed for the others).
+type shapeRow struct {
+	Shape                Shape
+	Name                 string
+	Failed, Others, Tail Proof
+	Source               string
+}
+
+var replyShapes = [shapeCount]shapeRow{
 	ShapeWriteErrorUnproven: {ShapeWriteErrorUnproven, "write_error_unproven", MaybeApplied, Applied, MaybeApplied,
 		"mongos: a shard's batch that fails as a whole (lost reply, interruption, stepdown) becomes one write error per statement of that batch, one for an ordered batch, after the shard may have applied any of them (mongodb/mongo src/mongo/s/write_ops/batch_write_op.cpp noteBatchError; batch_write_exec.cpp \"Write results unavailable from <shard>\"): a write error whose code is no verdict on its statement proves nothing about it, nor about the rest of an ordered batch"},
 	ShapeWriteErrorNoStatement: {ShapeWriteErrorNoStatement, "write_error_no_statement", MaybeApplied, MaybeApplied, MaybeApplied,

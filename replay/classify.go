@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/internal/readback"
@@ -84,6 +85,9 @@ func classifyDriverError(send []*entry, err error) {
 			whole = f
 		}
 	}
+	if whole != nil && whole.ProofAfter(hiddenAttempts(send)) == policy.MaybeApplied {
+		whole.Ambiguous = true
+	}
 	for i, e := range send {
 		f := perDoc[i]
 		switch {
@@ -104,6 +108,28 @@ func classifyDriverError(send []*entry, err error) {
 			e.out = outReplayed
 		}
 	}
+}
+
+// hiddenAttempts reports whether an earlier attempt of the driver's
+// BulkWrite may hide behind its error: the driver retries a command of
+// single statements (retryable writes, on by default; replay cannot read
+// the client's setting nor the deployment, so it assumes them on), and
+// its error then describes the last attempt only (policy.ReplyShape.Hidden:
+// a deadline before a retry's send, a cleared pool at its checkout, an
+// overload reply labelled NoWritesPerformed, mongo-go-driver v2.10.0
+// x/mongo/driver/operation.go 747-750, 818-822, 691-703, 637-646). Only
+// a group of multi statements alone (UpdateManyModel, DeleteManyModel:
+// mongo/bulk_write.go createBatches leaves their batches unretryable) has
+// none. The same rule as the engine's (internal/engine/hidden.go).
+func hiddenAttempts(send []*entry) bool {
+	for _, e := range send {
+		switch e.model.(type) {
+		case *mongo.UpdateManyModel, *mongo.DeleteManyModel:
+		default:
+			return true
+		}
+	}
+	return false
 }
 
 // isInvalid reports whether f rejects the document as invalid: 121, or

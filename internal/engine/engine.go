@@ -64,6 +64,14 @@ type Config struct {
 	// asked again as a read-back is (retrySide); if it persists, _id
 	// counts as not unique for the call.
 	UniqueID func(ctx context.Context) (bool, error)
+	// Deployment says what the collection's server is (DeploymentOf, its
+	// hello reply); nil: DeploymentUnknown, read as carefully as can be
+	// (the driver may retry, the server may be mongos).
+	Deployment func(ctx context.Context) Deployment
+	// NoDriverRetries: the caller declared its client's retryable writes
+	// off (writeguard.WithDriverRetryWrites(false)): one driver call is
+	// one attempt, and a driver error describes all of it (hidden.go).
+	NoDriverRetries bool
 	// Report turns a finished call that did not end all written into
 	// the error the call returns (the root's *Report), reading what the
 	// call proved through its Result.

@@ -49,7 +49,7 @@ func (c *Call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 	c.ext.whole, c.ext.wholeN = whole, len(batch)
 	out := make([]verdict, len(batch))
 	if whole != nil {
-		p := whole.Proof()
+		p := whole.ProofAfter(c.ext.hidden)
 		for i := range out {
 			out[i] = verdict{fail: whole, proof: p, sent: p != policy.NotSent, notOwn: true}
 		}
@@ -103,6 +103,7 @@ func (c *Call) tailVerdict(first *policy.Failure) verdict {
 func (c *Call) route(ctx context.Context, batch []*item, fails []policy.Failure) {
 	var td todo
 	wrote := false
+	c.ext.hidden = c.hiddenFor(ctx, batch, fails)
 	for i, v := range c.verdicts(batch, fails) {
 		it := batch[i]
 		if !v.sent {
@@ -136,6 +137,7 @@ func (c *Call) route(ctx context.Context, batch []*item, fails []policy.Failure)
 func (c *Call) decide(ctx context.Context, it *item, v verdict) Decision {
 	cp := *v.fail
 	cp.Index = it.index
+	cp.Ambiguous = cp.Ambiguous || v.proof == policy.MaybeApplied
 	it.fail = &cp
 	it.class = c.e.cfg.Classifier.Classify(*v.fail)
 	switch v.proof {

@@ -15,6 +15,10 @@ type callExt struct {
 	// matchedNothing is its answer on the attempt that wrote the input.
 	matched        func(result any) bool
 	matchedNothing bool
+	// doneAtSend: the context had ended when the last attempt called the
+	// driver (wrapSend); hidden: the last attempt's failures are read as
+	// after hidden attempts (hiddenFor).
+	doneAtSend, hidden bool
 }
 
 // neverResend takes back every idempotence mark of the call
