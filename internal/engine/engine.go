@@ -104,6 +104,10 @@ type Engine struct {
 	logLimit *loglimit.Limiter
 	health   atomic.Int64 // attempts of any call that the server executed (bisect.go)
 	encoders *sync.Pool   // of *docEncoder (prepare.go)
+	// wire: whether the command monitor was seen on this collection's
+	// client (seen), or found absent (absent: attempts are no longer
+	// tagged); monitor_reply.go noteWire.
+	wire struct{ seen, absent atomic.Bool }
 }
 
 // New returns the engine of cfg.

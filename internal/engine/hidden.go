@@ -51,21 +51,49 @@ func (c *Call) hiddenAttempts(ctx context.Context, batch []*item) bool {
 // are read as after hidden attempts (their rows' Hidden proof): only
 // when a whole-command failure's row says something else after an
 // earlier attempt (the deployment is asked only then).
-func (c *Call) hiddenFor(ctx context.Context, batch []*item, fails []policy.Failure) bool {
+//
+// With the command monitor installed (the attempt's wire record holds
+// finished events), the events decide instead: wireProofs are the
+// per-statement union of what each attempt proved (wire.union), and no
+// hidden attempt is assumed. Without events the rules above hold:
+// missing events never prove "not sent".
+func (c *Call) hiddenFor(ctx context.Context, batch []*item, fails []policy.Failure) (bool, []policy.Proof) {
 	for i := range fails {
 		f := &fails[i]
 		if f.Index == policy.WholeCommand && f.Shape.Row().Hidden != f.Proof() {
-			return c.hiddenAttempts(ctx, batch)
+			if proofs, n := c.ext.wire.union(); n > 0 && len(proofs) == len(batch) {
+				return false, proofs
+			}
+			return c.hiddenAttempts(ctx, batch), nil
 		}
 	}
-	return false
+	return false, nil
 }
 
 // wrapSend returns send with what each attempt needs around it: whether
-// the context had ended before the driver was called (callExt.doneAtSend).
+// the context had ended before the driver was called (callExt.doneAtSend),
+// and the attempt's wire record in its context (monitor.go), read after
+// the driver returns (noteWire).
 func (c *Call) wrapSend(send Send) Send {
 	return func(ctx context.Context, b Batch) (any, error) {
 		c.ext.doneAtSend = ctx.Err() != nil
-		return send(ctx, b)
+		c.ext.wire.reset()
+		if !c.e.wire.absent.Load() {
+			ctx = tagWire(ctx, &c.ext.wire, len(b), c.ordered)
+		}
+		res, err := send(ctx, b)
+		c.noteWire(ctx, err)
+		return res, err
 	}
+}
+
+// wireVerdict is the verdict on a statement whose attempt failed as a
+// whole with whole, when the wire's events proved p about it: applied by
+// one of the driver's attempts (written, whatever the last one said),
+// or p with whole as the failure that left it so.
+func wireVerdict(whole *policy.Failure, p policy.Proof) verdict {
+	if p == policy.Applied {
+		return verdict{proof: p, sent: true}
+	}
+	return verdict{fail: whole, proof: p, sent: p != policy.NotSent, notOwn: true}
 }

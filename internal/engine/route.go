@@ -49,10 +49,7 @@ func (c *Call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 	c.ext.whole, c.ext.wholeN = whole, len(batch)
 	out := make([]verdict, len(batch))
 	if whole != nil {
-		p := whole.ProofAfter(c.ext.hidden)
-		for i := range out {
-			out[i] = verdict{fail: whole, proof: p, sent: p != policy.NotSent, notOwn: true}
-		}
+		c.wholeVerdicts(out, whole)
 		return out
 	}
 	stop := len(batch)
@@ -87,6 +84,20 @@ func (c *Call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 	return out
 }
 
+// wholeVerdicts sets every verdict of out to what the whole-command
+// failure whole proved: its row's Failed proof, or Hidden after attempts
+// the driver may have hidden (hidden.go), or per statement what the
+// wire's events proved (wireVerdict).
+func (c *Call) wholeVerdicts(out []verdict, whole *policy.Failure) {
+	p := whole.ProofAfter(c.ext.hidden)
+	for i := range out {
+		out[i] = verdict{fail: whole, proof: p, sent: p != policy.NotSent, notOwn: true}
+		if c.ext.wireProofs != nil {
+			out[i] = wireVerdict(whole, c.ext.wireProofs[i])
+		}
+	}
+}
+
 // tailVerdict is the verdict on a statement after first, the write error
 // that ended an ordered command (its row's Tail): not executed, still
 // pending, after a verdict; otherwise what Tail proves, with first as the
@@ -103,7 +114,7 @@ func (c *Call) tailVerdict(first *policy.Failure) verdict {
 func (c *Call) route(ctx context.Context, batch []*item, fails []policy.Failure) {
 	var td todo
 	wrote := false
-	c.ext.hidden = c.hiddenFor(ctx, batch, fails)
+	c.ext.hidden, c.ext.wireProofs = c.hiddenFor(ctx, batch, fails)
 	for i, v := range c.verdicts(batch, fails) {
 		it := batch[i]
 		if !v.sent {

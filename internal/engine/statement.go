@@ -19,6 +19,11 @@ type callExt struct {
 	// driver (wrapSend); hidden: the last attempt's failures are read as
 	// after hidden attempts (hiddenFor).
 	doneAtSend, hidden bool
+	// wire is the last attempt's record of finished command events
+	// (monitor.go); wireProofs the per-statement proofs it gave the
+	// last attempt's whole-command failure (hiddenFor), nil when none.
+	wire       wire
+	wireProofs []policy.Proof
 }
 
 // neverResend takes back every idempotence mark of the call
