@@ -71,7 +71,8 @@ const (
 	// ShapeAuthorization is a whole-command ok: 0 for a missing privilege
 	// or a failed authentication (AuthorizationCodes).
 	ShapeAuthorization
-	// ShapeCommandRejected is any other whole-command ok: 0.
+	// ShapeCommandRejected is a whole-command ok: 0 whose code's source
+	// shows a refusal before the command ran (RejectedCodes).
 	ShapeCommandRejected
 	// ShapeNoWritesPerformed is any error labelled NoWritesPerformed.
 	ShapeNoWritesPerformed
@@ -115,6 +116,12 @@ const (
 	// proves nothing about any document. Extract cannot see it (it does not
 	// know the command); the write loop gives a failure this shape.
 	ShapeWriteErrorNoStatement
+	// ShapeCommandUnproven is a whole-command ok: 0 whose code no source
+	// shows refused before the command ran (not in RejectedCodes, nor an
+	// interruption, configuration or authorization code): 217
+	// IncompleteTransactionHistory, the network-class codes mongos
+	// reports for a shard reply it lost, an unknown code. Maybe applied.
+	ShapeCommandUnproven
 	shapeCount
 )
 
@@ -234,9 +241,11 @@ var replyShapes = [shapeCount]shapeRow{
 	ShapeConfiguration: {ShapeConfiguration, "configuration", NotApplied, NotApplied, NotApplied,
 		"server: the command is rejected before it runs (20 IllegalOperation for txnNumber on a standalone; Azure Cosmos DB code 2 and Amazon DocumentDB 301 'retryable writes are not supported')"},
 	ShapeAuthorization: {ShapeAuthorization, "authorization", NotApplied, NotApplied, NotApplied,
-		"server: authorization is checked before the command runs (13 Unauthorized, 18 AuthenticationFailed, Atlas 8000)"},
+		"server: authorization is checked before the command runs (13 Unauthorized: service_entry_point_common.cpp checkAuthorization before runCommandInvocation; 11 UserNotFound, 18 AuthenticationFailed: the connection's authentication, before any command)"},
 	ShapeCommandRejected: {ShapeCommandRejected, "command_rejected", NotApplied, NotApplied, NotApplied,
-		"server: outside the Interruption, NotPrimaryError and ShutdownError categories a write command fails as a whole only before it runs; per-statement failures are write errors (write_ops_exec.cpp)"},
+		"server: the codes of RejectedCodes are raised before the command runs (each code's source in RejectedCodes's doc: parsing, command lookup, namespace and view checks, ingress admission), or, for a command of one statement, after its write unit of work rolled back (find_and_modify.cpp)"},
+	ShapeCommandUnproven: {ShapeCommandUnproven, "command_unproven", MaybeApplied, MaybeApplied, MaybeApplied,
+		"server: no source shows these codes raised before the command ran: 217 IncompleteTransactionHistory answers a retry whose earlier run may have been applied (transaction_participant.cpp _checkStatementExecuted; jstests/sharding/resharding_retryable_writes.js); mongos fails findAndModify as a whole with 6/89/9001 after the shard ran it (cluster_find_and_modify_cmd.cpp), on every deployment a network-class code is read so; an unknown code (FerretDB's SQLite busy error after part of a batch was stored) proves nothing"},
 	ShapeNoWritesPerformed: {ShapeNoWritesPerformed, "no_writes_performed", NotApplied, NotApplied, NotApplied,
 		"retryable-writes spec: the label NoWritesPerformed says the server wrote nothing (SERVER-66479)"},
 	ShapeNetworkInFlight: {ShapeNetworkInFlight, "network_in_flight", MaybeApplied, MaybeApplied, MaybeApplied,
@@ -321,8 +330,52 @@ var WriteErrorVerdictCodes = []int32{2, 14, 20, 121, 10334, 11000, 11001, 12582,
 
 // AuthorizationCodes are the whole-command codes of a missing privilege or
 // a failed authentication: UserNotFound 11, Unauthorized 13,
-// AuthenticationFailed 18, and Atlas's proxy error 8000 (AtlasError).
-var AuthorizationCodes = []int32{11, 13, 18, 8000}
+// AuthenticationFailed 18. Atlas's proxy error 8000 (AtlasError) is not
+// one: Atlas gives it for many reasons (a privilege, a quota, a limit) and
+// no public source says when it is raised, so it is ShapeCommandUnproven.
+var AuthorizationCodes = []int32{11, 13, 18}
+
+// RejectedCodes are the whole-command codes whose source shows the write
+// command refused before it ran (ShapeCommandRejected: not applied).
+// Sources, mongodb/mongo src/mongo (error_codes.yml for the names):
+//
+//   - BadValue 2, FailedToParse 9, TypeMismatch 14, InvalidOptions 72,
+//     InvalidNamespace 73, IDLFailedToParse 40414, IDLUnknownField 40415:
+//     the command is parsed (db/commands.cpp parse, the IDL parsers of
+//     db/ops/write_ops.idl) before it runs;
+//   - CommandNotFound 59, CommandNotSupported 115: command lookup
+//     (db/service_entry_point_common.cpp) precedes execution;
+//   - ReadConcernMajorityNotAvailableYet 134,
+//     OperationNotSupportedInTransaction 263, CommandNotSupportedOnView
+//     166: refused while the command's context or collection is set up,
+//     before any write;
+//   - the SystemOverloadedError category, AdmissionQueueOverflow 433,
+//     RateLimitExceeded 449, PooledConnectionAcquisitionRejected 450,
+//     IngressRequestRateLimitExceeded 462 (error_codes.yml; admission
+//     control refuses the request before it runs, client-backpressure
+//     spec), and Azure Cosmos DB's 16500 (TooManyRequests: "the request
+//     was not performed");
+//   - WriteConflict 112 as a whole-command error: write_ops_exec.cpp
+//     handleError rethrows it only inside a multi-document transaction,
+//     which it aborts (TransientTransactionError: nothing of the
+//     transaction commits); outside one it is a statement's write error
+//     or retried by the server (writeConflictRetry);
+//   - NoSuchTransaction 251: the session's transaction is checked
+//     before the command runs (transaction_participant.cpp
+//     beginOrContinue);
+//   - DocumentValidationFailure 121, BSONObjectTooLarge 10334,
+//     DuplicateKey 11000, 11001, 12582, 16755, KeyTooLong 17280: a
+//     command of one statement (findAndModify) that fails as a whole
+//     raises its statement's error after the statement's write unit of
+//     work rolled back (db/commands/find_and_modify.cpp, "Plan executor
+//     error during findAndModify"); a command of several statements
+//     reports these as write errors.
+//
+// Every other whole-command code is ShapeCommandUnproven, unless it is an
+// interruption (InterruptedCodes), a configuration or an authorization
+// code. These rest on mongod's and mongos's source; on FerretDB, Azure
+// Cosmos DB and Amazon DocumentDB they are assumptions.
+var RejectedCodes = []int32{2, 9, 14, 59, 72, 73, 112, 115, 121, 134, 166, 251, 263, 433, 449, 450, 462, 10334, 11000, 11001, 12582, 16500, 16755, 17280, 40414, 40415}
 
 func inCodes(list []int32, code int32) bool {
 	for _, c := range list {

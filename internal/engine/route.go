@@ -137,6 +137,9 @@ func (c *Call) route(ctx context.Context, batch []*item, fails []policy.Failure)
 		c.e.cfg.Budget.Success()
 	}
 	c.carryOut(ctx, &td, "", c.maybeInserts(batch))
+	if len(td.readBackEnd) > 0 {
+		c.carryOut(ctx, &todo{readBack: td.readBackEnd}, ReadBackFallback(), nil)
+	}
 	if c.hint != "" {
 		c.giveUp(ctx, c.rest(ctx), StopConfiguration)
 		return
@@ -174,6 +177,7 @@ func (c *Call) decide(ctx context.Context, it *item, v verdict) Decision {
 		Kind: it.kind, Upsert: it.upsert, Idempotent: c.idempotentItem(it), NoUniqueID: c.noUniqueID,
 		EverMaybe: it.mayBeApplied(), Unconfirmed: it.ev == unconfirmed,
 		UpsertRuns: it.upsertRuns, MaxUpsertRuns: c.e.cfg.UpsertRetries,
+		FromServer: v.fail.Origin == policy.OriginServer || v.fail.Origin == policy.OriginWriteConcern,
 	})
 }
 
