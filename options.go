@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"reflect"
+	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -46,6 +48,7 @@ type config struct {
 	registry          *bson.Registry       // WithRegistry; nil: the default
 	bsonOpts          *options.BSONOptions // WithBSONOptions; nil: none
 	noDriverRetries   bool                 // WithDriverRetryWrites(false)
+	verdictCodes      []int32              // WithVerdictCodes
 	errs              []error
 }
 
@@ -363,4 +366,31 @@ func idempotent(ctx context.Context) bool {
 // the wire instead.
 func WithDriverRetryWrites(on bool) Option {
 	return optionFunc(func(c *config) { c.noDriverRetries = !on })
+}
+
+// WithVerdictCodes declares write-error codes that prove their statement
+// not applied on this Guarded's deployment, beside policy.VerdictCodes
+// (which do everywhere): a code your server raises per statement before it
+// writes anything (a proxy's or a compatible server's own refusal, say).
+// On a mongod (standalone or replica set, learned from the hello reply)
+// every write-error code but policy.NeverVerdictCodes is a verdict
+// already; these matter through mongos, or where the deployment cannot be
+// learned. A write error on a multi statement (UpdateMany, DeleteMany) is
+// never a verdict, whatever its code (it may have changed documents before
+// the one refused). New and Wrap return an error naming the first code of
+// policy.NeverVerdictCodes (network, interruption, stepdown and shutdown
+// codes, 217, 72), which cannot be proofs. It replaces the package
+// variable policy.WriteErrorVerdictCodes: a declaration per Guarded.
+func WithVerdictCodes(codes ...int) Option {
+	return optionFunc(func(c *config) {
+		never := policy.NeverVerdictCodes()
+		for _, code := range codes {
+			if slices.Contains(never, int32(code)) || code < math.MinInt32 || code > math.MaxInt32 {
+				c.errs = append(c.errs, fmt.Errorf("writeguard: WithVerdictCodes(%d): that code cannot prove a statement not applied "+
+					"(a network, interruption, stepdown or shutdown code, 217 or 72: policy.NeverVerdictCodes)", code))
+				continue
+			}
+			c.verdictCodes = append(c.verdictCodes, int32(code))
+		}
+	})
 }

@@ -104,14 +104,10 @@ func writeErrorFailure(we mongo.WriteError, err error) Failure {
 	return f
 }
 
-// writeErrorShape is ShapeWriteError for a code that is a verdict on its
-// statement (WriteErrorVerdictCodes, or mongos's 16460 wrapping an E11000),
-// ShapeWriteErrorUnproven for any other.
+// writeErrorShape is WriteErrorShape read without knowing the deployment
+// (as through mongos): the write loop reads it again with it.
 func writeErrorShape(code int32, msg string) Shape {
-	if inCodes(WriteErrorVerdictCodes, code) || code == 16460 && strings.Contains(msg, " E11000 ") {
-		return ShapeWriteError
-	}
-	return ShapeWriteErrorUnproven
+	return WriteErrorShape(code, msg, false, nil)
 }
 
 func wceFailure(wce *mongo.WriteConcernError, labels []string, err error) Failure {

@@ -1,6 +1,9 @@
 package policy
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // Proof is what a failed reply proves about one document or write model of
 // the command it answered. A disposition may claim only what the proofs of
@@ -107,7 +110,7 @@ const (
 	// custom Target's own error, say): nothing says whether it was sent.
 	ShapeUnrecognized
 	// ShapeWriteErrorUnproven is one entry of writeErrors whose code is
-	// not a verdict on its statement (not in WriteErrorVerdictCodes): an
+	// not a verdict on its statement (WriteErrorShape): an
 	// interruption, a network failure or "Write results unavailable" that
 	// mongos reports on every statement it had sent to a shard.
 	ShapeWriteErrorUnproven
@@ -122,6 +125,12 @@ const (
 	// IncompleteTransactionHistory, the network-class codes mongos
 	// reports for a shard reply it lost, an unknown code. Maybe applied.
 	ShapeCommandUnproven
+	// ShapeWriteErrorMulti is a write error on a statement that can touch
+	// several documents (updateMany, deleteMany: multi: true): the
+	// statement may have changed documents before the one refused. Like
+	// ShapeWriteErrorNoStatement, Extract cannot see it (it does not know
+	// the statement); the write loop gives a failure this shape.
+	ShapeWriteErrorMulti
 	shapeCount
 )
 
@@ -233,7 +242,7 @@ var replyShapes = [shapeCount]shapeRow{
 	ShapeWriteErrorNoStatement: {ShapeWriteErrorNoStatement, "write_error_no_statement", MaybeApplied, MaybeApplied, MaybeApplied,
 		"writeguard: a write error whose index names no statement of the command cannot be attributed to a document, so it proves nothing about any of them (a reply that does not fit its command)"},
 	ShapeWriteError: {ShapeWriteError, "write_error", NotApplied, Applied, NotApplied,
-		"server: a write error whose code is a verdict on its statement (WriteErrorVerdictCodes) means the statement was not applied; the others of the batch were, and an ordered batch stops there (write_ops_exec.cpp performInserts; CRUD spec, BulkWriteException, the ordered option)"},
+		"server: a write error whose code is a verdict on its statement (WriteErrorShape: on mongod any code but NeverVerdictCodes, through mongos VerdictCodes and the caller's WithVerdictCodes) means the statement was not applied; the others of the batch were, and an ordered batch stops there (write_ops_exec.cpp performInserts; CRUD spec, BulkWriteException, the ordered option)"},
 	ShapeWriteConcernError: {ShapeWriteConcernError, "write_concern_error", AppliedUnconfirmed, AppliedUnconfirmed, AppliedUnconfirmed,
 		"read-write-concern spec: a writeConcernError is reported after the write was applied on the primary; it may still be rolled back"},
 	ShapeInterrupted: {ShapeInterrupted, "interrupted", MaybeApplied, MaybeApplied, MaybeApplied,
@@ -244,6 +253,8 @@ var replyShapes = [shapeCount]shapeRow{
 		"server: authorization is checked before the command runs (13 Unauthorized: service_entry_point_common.cpp checkAuthorization before runCommandInvocation; 11 UserNotFound, 18 AuthenticationFailed: the connection's authentication, before any command)"},
 	ShapeCommandRejected: {ShapeCommandRejected, "command_rejected", NotApplied, NotApplied, NotApplied,
 		"server: the codes of RejectedCodes are raised before the command runs (each code's source in RejectedCodes's doc: parsing, command lookup, namespace and view checks, ingress admission), or, for a command of one statement, after its write unit of work rolled back (find_and_modify.cpp)"},
+	ShapeWriteErrorMulti: {ShapeWriteErrorMulti, "write_error_multi", MaybeApplied, Applied, NotApplied,
+		"server: a multi: true update or delete writes each matched document in a write unit of work of its own, and handleError records the statement's error keeping what it already changed (write_ops_exec.cpp performUpdates/performDeletes, handleError): the statement may be partly applied, whatever the code; an ordered command stops after it"},
 	ShapeCommandUnproven: {ShapeCommandUnproven, "command_unproven", MaybeApplied, MaybeApplied, MaybeApplied,
 		"server: no source shows these codes raised before the command ran: 217 IncompleteTransactionHistory answers a retry whose earlier run may have been applied (transaction_participant.cpp _checkStatementExecuted; jstests/sharding/resharding_retryable_writes.js); mongos fails findAndModify as a whole with 6/89/9001 after the shard ran it (cluster_find_and_modify_cmd.cpp), on every deployment a network-class code is read so; an unknown code (FerretDB's SQLite busy error after part of a batch was stored) proves nothing"},
 	ShapeNoWritesPerformed: {ShapeNoWritesPerformed, "no_writes_performed", NotApplied, NotApplied, NotApplied,
@@ -287,12 +298,13 @@ func (f *Failure) Proof() Proof { return f.Shape.Row().Failed }
 // 91). Source: mongodb/mongo src/mongo/base/error_codes.yml.
 var InterruptedCodes = []int32{24, 50, 91, 189, 262, 279, 10058, 10107, 11600, 11601, 11602, 13435, 13436}
 
-// WriteErrorVerdictCodes are the write-error codes that are a verdict on
-// their statement: the server refused that document or model for what it
-// is, before writing it, and would refuse it again. Only a write error
-// with one of these codes proves its statement not applied (ShapeWriteError);
-// any other write error code (6, 7, 50, 83, 89, 91, 189, 262, 9001, 10107,
-// 11600, 11602, 13435, 13436, ...) proves nothing (ShapeWriteErrorUnproven).
+// verdictCodes are the write-error codes that prove their statement not
+// applied wherever they come from, mongos included: the server refused
+// that document or model for what it is, before writing it. A shard's
+// own statement error reaches the client through mongos unchanged, so
+// these stay verdicts there; mongos's copies of a shard's whole-batch
+// failure (batch_write_op.cpp noteBatchError) carry the batch's code,
+// never one of these unless the shard refused before running (20).
 // Sources: mongodb/mongo src/mongo/base/error_codes.yml for the names;
 // src/mongo/db/ops/write_ops_exec.cpp and the collection's insert and
 // update paths raise them per statement:
@@ -300,33 +312,81 @@ var InterruptedCodes = []int32{24, 50, 91, 189, 262, 279, 10058, 10107, 11600, 1
 //   - BadValue 2, TypeMismatch 14: the statement's own values;
 //   - DocumentValidationFailure 121: the collection's validator refused
 //     the document (db/catalog/document_validation);
-//   - BSONObjectTooLarge 10334: the document is over maxBsonObjectSize;
+//   - BSONObjectTooLarge 10334, 17419 (the document an update would
+//     produce is over the limit): refused before it is written;
 //   - 16755 ("Can't extract geo keys") and KeyTooLong 17280: an index
 //     could not take the document's key;
 //   - DuplicateKey 11000, 11001 (legacy) and 12582 (capped collection,
 //     SERVER-7164): a unique index refused the document;
 //   - 16500 (Azure Cosmos DB TooManyRequests, per statement): the request
 //     was throttled and not performed (Azure Cosmos DB for MongoDB,
-//     "Troubleshoot query and request-rate issues": retry the operation);
-//   - IllegalOperation 20: the write was refused before it ran, for what
-//     the command asked ("Transaction numbers are only allowed on a
-//     replica set member or mongos": a standalone answers an insert with
-//     it at index 0, PYTHON-2048; the class is Configuration, never a
-//     dead-letter). mongos copies a shard's whole-command 20 onto the
-//     statements it sent there (batch_write_op.cpp noteBatchError), and a
-//     shard refuses with 20 only before it runs the batch: 20 is in none
-//     of the Interruption, NotPrimaryError and ShutdownError categories
-//     that abort a write after it committed part of its batch
-//     (error_codes.yml; write_ops_exec.cpp handleError rethrows the
-//     Interruption category to fail the whole command, "These have always
-//     failed the whole batch", and records any other exception thrown by
-//     a statement, before its write unit of work committed, as that
-//     statement's write error).
+//     "Troubleshoot query and request-rate issues");
+//   - IllegalOperation 20: refused before it ran ("Transaction numbers
+//     are only allowed on a replica set member or mongos", PYTHON-2048);
+//   - refusals raised before the statement writes: PathNotViable 28,
+//     ShardKeyNotFound 61 (mongos cannot target an upsert without the
+//     shard key, s/write_ops/batch_write_op.cpp targeting), ImmutableField
+//     66 (update_driver / storage_validation), NoProgressMade 82, and
+//     InvalidIdField 53 (FerretDB refuses a bad _id with it).
 //
-// A code added to a Table's Invalid or Conflict set is dead-lettered or
-// handed to the conflict handler only when it is here too: a write error
-// that proves nothing is never a verdict, whatever its class.
-var WriteErrorVerdictCodes = []int32{2, 14, 20, 121, 10334, 11000, 11001, 12582, 16500, 16755, 17280}
+// 16460 with " E11000 " (mongos wrapping a duplicate key, SERVER-11493)
+// counts as 11000.
+var verdictCodes = []int32{2, 14, 20, 28, 53, 61, 66, 82, 121, 10334, 11000, 11001, 12582, 16500, 16755, 17280, 17419}
+
+// neverVerdictCodes are the write-error codes that never prove their
+// statement not applied, on any deployment: the network-class codes
+// (HostUnreachable 6, HostNotFound 7, NetworkTimeout 89,
+// NetworkInterfaceExceededTimeLimit 202, SocketException 9001) and the
+// Interruption, NotPrimaryError and ShutdownError categories
+// (InterruptedCodes) that mongos copies onto every statement of a shard's
+// batch it lost or that was interrupted after it may have applied some
+// (batch_write_op.cpp noteBatchError; batch_write_exec.cpp "Write results
+// unavailable from <shard>"), 83 (listed unproven since the third round),
+// IncompleteTransactionHistory 217 (transaction_participant.cpp), and
+// InvalidOptions 72, which mongos puts on the copies of a batch whose
+// statement moved a document's shard key, one of which the shard may have
+// applied. WithVerdictCodes refuses them.
+var neverVerdictCodes = []int32{6, 7, 24, 50, 72, 83, 89, 91, 189, 202, 217, 262, 279, 9001, 10058, 10107, 11600, 11601, 11602, 13435, 13436}
+
+// VerdictCodes returns (a copy of) the write-error codes that prove their
+// statement not applied on every deployment, mongos included (see
+// verdictCodes for each code's source).
+func VerdictCodes() []int32 { return append([]int32(nil), verdictCodes...) }
+
+// NeverVerdictCodes returns (a copy of) the write-error codes that never
+// prove their statement not applied: network, interruption, stepdown and
+// shutdown codes, 217 and 72 (writeguard.WithVerdictCodes refuses them).
+func NeverVerdictCodes() []int32 { return append([]int32(nil), neverVerdictCodes...) }
+
+// WriteErrorShape returns the shape of a write error with code and msg on
+// a statement that touches one document: ShapeWriteError (a verdict: not
+// applied) or ShapeWriteErrorUnproven. mongod says that a mongod answered
+// (a standalone or a replica set member, learned from the hello reply);
+// extra are the caller's own verdict codes (writeguard.WithVerdictCodes).
+//
+//   - On mongod a write error proves its statement not applied: each
+//     statement runs in a write unit of work that its error rolls back,
+//     and handleError rethrows the codes that abort the batch instead of
+//     recording them (write_ops_exec.cpp); any code but
+//     NeverVerdictCodes is a verdict.
+//   - Through mongos, or where the deployment is not known, only
+//     VerdictCodes and extra are.
+//
+// These rest on mongod's and mongos's source; on FerretDB, Azure Cosmos DB
+// and Amazon DocumentDB (which answer as a mongod) they are assumptions.
+// Extract calls it with mongod false (it does not know the deployment);
+// the write loop reads each write error again with the deployment.
+func WriteErrorShape(code int32, msg string, mongod bool, extra []int32) Shape {
+	switch {
+	case inCodes(verdictCodes, code), code == 16460 && strings.Contains(msg, " E11000 "):
+		return ShapeWriteError
+	case inCodes(neverVerdictCodes, code):
+		return ShapeWriteErrorUnproven
+	case mongod, inCodes(extra, code):
+		return ShapeWriteError
+	}
+	return ShapeWriteErrorUnproven
+}
 
 // AuthorizationCodes are the whole-command codes of a missing privilege or
 // a failed authentication: UserNotFound 11, Unauthorized 13,

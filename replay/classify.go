@@ -49,6 +49,12 @@ func classifyReport(send []*entry, rep *writeguard.Report) {
 			e.ambiguous = f.Ambiguous
 		}
 		switch d := o.Disposition; {
+		case f != nil && f.Shape == policy.ShapeWriteErrorMulti:
+			// A multi statement refused part way (C70): it may have
+			// changed documents; held as ambiguous, never counted as
+			// rejected.
+			e.out, e.ambiguous = outFailed, true
+			e.reason = "disposition " + string(d) + ": " + e.reason
 		case d == writeguard.Written || d == writeguard.AlreadyWritten || d == writeguard.ConflictReplaced:
 			e.out = outReplayed
 		case d == writeguard.DeadLettered:
@@ -89,8 +95,11 @@ func classifyDriverError(send []*entry, err error) {
 		whole.Ambiguous = true
 	}
 	for i, e := range send {
-		f := perDoc[i]
+		f := multiStatement(perDoc[i], e)
 		switch {
+		case f != nil && f.Shape == policy.ShapeWriteErrorMulti:
+			e.out, e.code, e.codeName, e.reason = outFailed, f.Code, f.CodeName, failureReason(f)
+			e.docErr, e.ambiguous = true, true
 		case f != nil && isInvalid(*f, e):
 			e.out, e.code, e.codeName, e.reason = outInvalid, f.Code, f.CodeName, failureReason(f)
 		case f != nil && policy.IsDuplicateKey(*f):
@@ -130,6 +139,24 @@ func hiddenAttempts(send []*entry) bool {
 		}
 	}
 	return false
+}
+
+// multiStatement returns f read as policy.ShapeWriteErrorMulti when e is
+// a multi statement (UpdateManyModel, DeleteManyModel) and f its write
+// error: the statement may have changed documents before the one refused
+// (write_ops_exec.cpp handleError keeps them; C70), so it is never
+// "rejected again" nor replayed as if nothing happened. f otherwise.
+func multiStatement(f *policy.Failure, e *entry) *policy.Failure {
+	if f == nil || f.Shape != policy.ShapeWriteError && f.Shape != policy.ShapeWriteErrorUnproven {
+		return f
+	}
+	switch e.model.(type) {
+	case *mongo.UpdateManyModel, *mongo.DeleteManyModel:
+		cp := *f
+		cp.Shape, cp.Ambiguous = policy.ShapeWriteErrorMulti, true
+		return &cp
+	}
+	return f
 }
 
 // isInvalid reports whether f rejects the document as invalid: 121, or

@@ -44,3 +44,26 @@ func TestClassifyHiddenAttempt(t *testing.T) {
 		}
 	}
 }
+
+// TestClassifyMultiStatementWriteError: a write error on a replayed
+// UpdateMany (121 on its second document, C70) may have left the first
+// changed: held as ambiguous, never "rejected again".
+func TestClassifyMultiStatementWriteError(t *testing.T) {
+	var reply bson.Raw
+	if err := bson.UnmarshalExtJSON([]byte(`{"ok":1,"n":1,"writeErrors":[{"index":0,"code":121,"errmsg":"Document failed validation"}]}`), false, &reply); err != nil {
+		t.Fatal(err)
+	}
+	err := mocks.ReplyError(mocks.OpBulkWrite, reply)
+	inc := bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}
+	many := []*entry{{model: &mongo.UpdateManyModel{Filter: bson.D{}, Update: inc}}}
+	classify(many, err)
+	holdAmbiguous(many)
+	if many[0].out != outHeld || !many[0].ambiguous {
+		t.Errorf("updateMany: outcome %d ambiguous %v, want held", many[0].out, many[0].ambiguous)
+	}
+	one := []*entry{{model: &mongo.UpdateOneModel{Filter: bson.D{}, Update: inc}}}
+	classify(one, err)
+	if one[0].out != outInvalid {
+		t.Errorf("updateOne: outcome %d, want invalid (rejected again)", one[0].out)
+	}
+}

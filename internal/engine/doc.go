@@ -66,9 +66,9 @@
 //     network error, a checkout or selection error: verdicts, through the
 //     shape's row of policy.ReplyShapes (what it proves about the failed
 //     document, the others, and an ordered command's tail; a write error
-//     proves its statement not applied only for the codes of
-//     policy.WriteErrorVerdictCodes; one whose index names no statement
-//     proves nothing);
+//     proves its statement not applied only as policy.WriteErrorShape
+//     reads it with the deployment, writeerrors.go; one on a multi
+//     statement or whose index names no statement proves nothing);
 //   - a duplicate key on a possibly applied insert: readBackAll
 //     (AfterReadBack: its own write, someone else's, or absent);
 //   - the dead-letter sink's and a read-back's errors: retrySide;

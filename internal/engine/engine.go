@@ -72,6 +72,11 @@ type Config struct {
 	// off (writeguard.WithDriverRetryWrites(false)): one driver call is
 	// one attempt, and a driver error describes all of it (hidden.go).
 	NoDriverRetries bool
+	// VerdictCodes are the caller's own write-error codes that prove
+	// their statement not applied through mongos too
+	// (writeguard.WithVerdictCodes; never one of
+	// policy.NeverVerdictCodes); nil: none.
+	VerdictCodes []int32
 	// Report turns a finished call that did not end all written into
 	// the error the call returns (the root's *Report), reading what the
 	// call proved through its Result.

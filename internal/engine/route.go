@@ -114,6 +114,7 @@ func (c *Call) tailVerdict(first *policy.Failure) verdict {
 func (c *Call) route(ctx context.Context, batch []*item, fails []policy.Failure) {
 	var td todo
 	wrote := false
+	c.readWriteErrors(ctx, batch, fails)
 	c.ext.hidden, c.ext.wireProofs = c.hiddenFor(ctx, batch, fails)
 	for i, v := range c.verdicts(batch, fails) {
 		it := batch[i]
@@ -130,7 +131,11 @@ func (c *Call) route(ctx context.Context, batch []*item, fails []policy.Failure)
 		case v.fail == nil:
 			// an ordered write's tail: pending, sent again next attempt
 		default:
-			c.apply(it, c.decide(ctx, it, v), &td)
+			d := c.decide(ctx, it, v)
+			if sk, ok := c.shardKeyMove(it, v, len(batch)); ok {
+				d = sk
+			}
+			c.apply(it, d, &td)
 		}
 	}
 	if wrote {

@@ -136,8 +136,8 @@ func settle(d policy.Disposition, rule string) Decision {
 //     back); otherwise written_unconfirmed.
 //  2. A whole-command failure is never a verdict on the documents, nor is a
 //     failure that proves nothing (Proof MaybeApplied: a write error whose
-//     code is not in policy.WriteErrorVerdictCodes, whatever a classifier
-//     says of it): an Invalid or Conflict class there is treated as Unknown
+//     code is no verdict where it came from, policy.WriteErrorShape, or one
+//     on a multi statement, whatever a classifier says of it): an Invalid or Conflict class there is treated as Unknown
 //     (never dead-lettered, never handed to a conflict handler).
 //  3. Transient and Throttled: retried, unless the document may have been
 //     applied and may not be re-sent: an insert where _id is not unique is
