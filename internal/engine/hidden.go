@@ -33,8 +33,8 @@ import (
 // Unacknowledged writes (w: 0) and writes inside a transaction never
 // reach route (ErrUnacked, Engine.InTransaction). The driver also
 // re-sends any write after an overload reply labelled RetryableError
-// (operation.go 877-891, olRetryErr) or a 391 ReauthenticationRequired
-// (946-975): the server refused those before running the command
+// (operation.go 876, 1010: olRetryErr) or a 391 ReauthenticationRequired
+// (955-975): the server refused those before running the command
 // (client-backpressure spec; the reauthentication check precedes the
 // command), so they hide no applied attempt.
 func (c *Call) hiddenAttempts(ctx context.Context, batch []*item) bool {
