@@ -69,17 +69,22 @@ func ParseDeployment(reply bson.Raw) Deployment {
 	return DeploymentStandalone
 }
 
-// helloTimeout bounds the hello that learns the deployment: it runs on a
-// context of its own (the call's may be the one that just ended).
-const helloTimeout = 5 * time.Second
+// helloTimeout bounds the hello that learns the deployment: a failed call
+// past its deadline waits at most this long for it, once.
+const helloTimeout = 2 * time.Second
 
 // DeploymentOf returns a Config.Deployment for target t: a
 // *mongo.Collection is asked with the hello command, a Target with a
 // Hello method (mocks.Fake) through it; any other Target gives nil
 // (DeploymentUnknown). The answer is kept once known; a failed hello is
 // asked again next time and meanwhile counts as DeploymentUnknown. The
-// hello runs on a context of its own, bounded by helloTimeout, that
-// keeps ctx's values but not its cancellation.
+// hello runs on a context of its own that keeps ctx's values but not its
+// cancellation (the call's context may be the one that just ended: a
+// deployment is never concluded from an expired context), bounded by
+// helloTimeout; a hello that does not answer in time leaves the
+// deployment unknown, the most careful reading (the driver may have
+// retried, the server may be mongos). It is asked only when a reply's
+// reading depends on it, so at most once per Guarded once known.
 func DeploymentOf(t any) func(ctx context.Context) Deployment {
 	var ask func(context.Context) (bson.Raw, error)
 	switch c := t.(type) {

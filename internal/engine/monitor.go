@@ -42,11 +42,15 @@ type wire struct {
 	n       int // statements of the attempt's command
 	ordered bool
 	events  []wireEvent
+	buf     [2]wireEvent // events' first backing array: most attempts have one or two
 }
 
 // reset empties w before an attempt.
 func (w *wire) reset() {
 	w.mu.Lock()
+	if w.events == nil {
+		w.events = w.buf[:0]
+	}
 	w.events = w.events[:0]
 	w.mu.Unlock()
 }
@@ -122,9 +126,7 @@ func (w *wire) add(e wireEvent, reply bson.Raw, err error) {
 	case err != nil:
 		e.whole = wholeProof(policy.Extract(asMongoError(err)))
 	default:
-		if e.proofs = replyProofs(reply, w.n, w.ordered); e.proofs == nil {
-			e.whole = policy.MaybeApplied
-		}
+		e.proofs, e.whole = replyProofs(reply, w.n, w.ordered)
 	}
 	w.events = append(w.events, e)
 }

@@ -15,37 +15,38 @@ import (
 // from its ok: 1 reply: a statement with a write error has its row's
 // Failed proof (policy.ReplyShapes through policy.Extract), the ones
 // after the first write error of an ordered command its Tail, the others
-// Applied (AppliedUnconfirmed with a writeConcernError). A reply whose
-// write error names no statement of the command (the driver split it,
-// under client-side encryption) cannot be read: nil.
-func replyProofs(reply bson.Raw, n int, ordered bool) []policy.Proof {
-	var bwe mongo.BulkWriteException
-	if arr, ok := reply.Lookup("writeErrors").ArrayOK(); ok {
-		vals, _ := arr.Values()
-		for _, v := range vals {
-			d, ok := v.DocumentOK()
-			if !ok {
-				return nil
-			}
-			idx, _ := d.Lookup("index").AsInt64OK()
-			code, _ := d.Lookup("code").AsInt64OK()
-			msg, _ := d.Lookup("errmsg").StringValueOK()
-			if idx < 0 || int(idx) >= n {
-				return nil
-			}
-			bwe.WriteErrors = append(bwe.WriteErrors, mongo.BulkWriteError{WriteError: mongo.WriteError{Index: int(idx), Code: int(code), Message: msg, Raw: d}})
-		}
-	}
+// Applied (AppliedUnconfirmed with a writeConcernError). A reply without
+// write errors proves the same of every statement: nil proofs and that
+// proof as whole (no allocation on the path of every success). A reply
+// whose write error names no statement of the command (the driver split
+// it, under client-side encryption) cannot be read: nil, MaybeApplied.
+func replyProofs(reply bson.Raw, n int, ordered bool) ([]policy.Proof, policy.Proof) {
 	others := policy.Applied
 	if _, ok := reply.Lookup("writeConcernError").DocumentOK(); ok {
 		others = policy.AppliedUnconfirmed
 	}
+	arr, ok := reply.Lookup("writeErrors").ArrayOK()
+	if !ok {
+		return nil, others
+	}
+	var bwe mongo.BulkWriteException
+	vals, _ := arr.Values()
+	for _, v := range vals {
+		d, ok := v.DocumentOK()
+		idx, _ := d.Lookup("index").AsInt64OK()
+		if !ok || idx < 0 || int(idx) >= n {
+			return nil, policy.MaybeApplied
+		}
+		code, _ := d.Lookup("code").AsInt64OK()
+		msg, _ := d.Lookup("errmsg").StringValueOK()
+		bwe.WriteErrors = append(bwe.WriteErrors, mongo.BulkWriteError{WriteError: mongo.WriteError{Index: int(idx), Code: int(code), Message: msg, Raw: d}})
+	}
+	if len(bwe.WriteErrors) == 0 {
+		return nil, others
+	}
 	out := make([]policy.Proof, n)
 	for i := range out {
 		out[i] = others
-	}
-	if len(bwe.WriteErrors) == 0 {
-		return out
 	}
 	first := n
 	for _, f := range policy.Extract(bwe) {
@@ -53,9 +54,7 @@ func replyProofs(reply bson.Raw, n int, ordered bool) []policy.Proof {
 			continue
 		}
 		out[f.Index] = f.Proof()
-		if f.Index < first {
-			first = f.Index
-		}
+		first = min(first, f.Index)
 	}
 	if ordered {
 		tail := policy.Extract(mongo.BulkWriteException{WriteErrors: bwe.WriteErrors[:1]})[0].Shape.Row().Tail
@@ -63,7 +62,7 @@ func replyProofs(reply bson.Raw, n int, ordered bool) []policy.Proof {
 			out[i] = tail
 		}
 	}
-	return out
+	return out, others
 }
 
 // proofRank orders the proofs by what they say of the write, so that the
