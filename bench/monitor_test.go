@@ -14,9 +14,11 @@ import (
 // (writeguard.Monitor, issue 28) costs a guarded InsertOne: two clients
 // on the same backend (WRITEGUARD_BENCH_BACKEND, the null backend in a
 // child process by default), one with the monitor set, one without; each
-// iteration inserts one order line through each, interleaved, in alternate
-// order, so that the machine's load falls on both alike. It reports ns per insert without
-// and with the monitor and their ratio (with/without), in the same run.
+// iteration inserts one order line through each, interleaved, in
+// alternate order, so that the machine's load falls on both alike. It
+// reports ns per insert without and with the monitor and their ratio
+// (with/without), in the same run, then the allocations of one insert on
+// each side (testing.AllocsPerRun).
 func BenchmarkMonitor(b *testing.B) {
 	var uri string
 	if backendName() == "embedded" {
@@ -68,5 +70,20 @@ func BenchmarkMonitor(b *testing.B) {
 	b.ReportMetric(float64(tWith.Nanoseconds())/n, "ns/insert-with")
 	if tWithout > 0 {
 		b.ReportMetric(float64(tWith)/float64(tWithout), "with/without")
+	}
+	b.StopTimer()
+	// Allocations per insert on each side, apart (the run's allocs/op is
+	// both together).
+	for _, side := range []struct {
+		g    *writeguard.Guarded
+		unit string
+	}{{without, "allocs/insert-without"}, {with, "allocs/insert-with"}} {
+		i := 0
+		b.ReportMetric(testing.AllocsPerRun(200, func() {
+			i++
+			if _, err := side.g.InsertOne(ctx, newOrderLine(i)); err != nil {
+				b.Fatal(err)
+			}
+		}), side.unit)
 	}
 }
