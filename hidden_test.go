@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
 
 	"github.com/writeguard/writeguard"
@@ -183,5 +185,56 @@ func TestReplyShapesHidden(t *testing.T) {
 		case !hidden[r.Shape] && r.Hidden != r.Failed:
 			t.Errorf("%s: Hidden %s, want %s (Failed)", r.Name, r.Hidden, r.Failed)
 		}
+	}
+}
+
+// cancelTarget cancels the call's context as the driver returns: the
+// deadline ended during the driver's hidden retry.
+type cancelTarget struct {
+	*mocks.Fake
+	cancel context.CancelFunc
+}
+
+func (c cancelTarget) InsertOne(ctx context.Context, doc any, opts ...options.Lister[options.InsertOneOptions]) (*mongo.InsertOneResult, error) {
+	defer c.cancel()
+	return c.Fake.InsertOne(ctx, doc, opts...)
+}
+
+// C67, the insert when the deadline has ended: nothing can be read back
+// on the caller's context, so the insert is unknown with MaybeWritten;
+// Remaining hands it back with the mark "maybe applied", and the call
+// that finishes it reads it back on its own _id: already_written, never
+// a conflict, stored once.
+func TestC67HiddenAttemptInsertAfterDeadline(t *testing.T) {
+	fake := mocks.NewFake("db.c67d").Topology(mocks.ReplicaSet).Script(mocks.AppliedThen(fmt.Errorf("%w: rtt 2ms", driver.ErrDeadlineWouldBeExceeded)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g, err := writeguard.New(cancelTarget{fake, cancel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = g.InsertOne(ctx, bson.D{{Key: "_id", Value: "doc-1"}})
+	o := oneOutcome(t, err)
+	if o.Disposition != writeguard.OutcomeUnknown || !o.MaybeWritten {
+		t.Fatalf("outcome %s MaybeWritten %v, want unknown, MaybeWritten", o.Disposition, o.MaybeWritten)
+	}
+	var rep *writeguard.Report
+	if !errors.As(err, &rep) {
+		t.Fatal("no report")
+	}
+	rm := rep.Remaining()
+	if rm.Len() != 1 {
+		t.Fatalf("Remaining %d, want the insert (its _id makes it safe)", rm.Len())
+	}
+	rec := &mocks.Recorder{}
+	g2, err := writeguard.New(fake, writeguard.WithHooks(rec.Hooks()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g2.InsertMany(rm.Context(context.Background()), rm.Documents); err != nil {
+		t.Fatalf("finishing: %v", err)
+	}
+	if d := rec.Dispositions(); len(d) != 1 || d[0].Disposition != writeguard.AlreadyWritten || len(fake.Docs()) != 1 {
+		t.Errorf("dispositions %+v, %d stored: want already_written, 1 stored", d, len(fake.Docs()))
 	}
 }
