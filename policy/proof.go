@@ -342,11 +342,15 @@ var verdictCodes = []int32{2, 14, 20, 28, 53, 61, 66, 82, 121, 10334, 11000, 110
 // batch it lost or that was interrupted after it may have applied some
 // (batch_write_op.cpp noteBatchError; batch_write_exec.cpp "Write results
 // unavailable from <shard>"), 83 (listed unproven since the third round),
-// IncompleteTransactionHistory 217 (transaction_participant.cpp), and
+// IncompleteTransactionHistory 217 (transaction_participant.cpp),
+// InternalError 1 and UnknownError 8 (generic failures of a server's
+// internals: mongod rolls their statement back, but FerretDB answers an
+// SQLite "database is locked" with 1 after part of a batch was stored, as
+// measured in issue 28), and
 // InvalidOptions 72, which mongos puts on the copies of a batch whose
 // statement moved a document's shard key, one of which the shard may have
 // applied. WithVerdictCodes refuses them.
-var neverVerdictCodes = []int32{6, 7, 24, 50, 72, 83, 89, 91, 189, 202, 217, 262, 279, 9001, 10058, 10107, 11600, 11601, 11602, 13435, 13436}
+var neverVerdictCodes = []int32{1, 6, 7, 8, 24, 50, 72, 83, 89, 91, 189, 202, 217, 262, 279, 9001, 10058, 10107, 11600, 11601, 11602, 13435, 13436}
 
 // VerdictCodes returns (a copy of) the write-error codes that prove their
 // statement not applied on every deployment, mongos included (see
