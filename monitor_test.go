@@ -189,3 +189,25 @@ func TestMonitorComposes(t *testing.T) {
 		t.Error("Monitor(nil) sets Started: the driver would copy every command")
 	}
 }
+
+// Events of other commands on an attempt's context (client-side
+// encryption's key vault find, say) say nothing about the write: a
+// succeeded find does not make the update written.
+func TestMonitorIgnoresOtherCommands(t *testing.T) {
+	find := func(ctx context.Context, m *event.CommandMonitor) {
+		var raw bson.Raw
+		if err := bson.UnmarshalExtJSON([]byte(`{"ok":1,"cursor":{"id":0,"ns":"keyvault.datakeys","firstBatch":[]}}`), false, &raw); err != nil {
+			panic(err)
+		}
+		m.Succeeded(ctx, &event.CommandSucceededEvent{CommandFinishedEvent: event.CommandFinishedEvent{CommandName: "find", RequestID: 9, ConnectionID: "c9"}, Reply: raw})
+	}
+	_, fx := wireFixture(t, evs{find, failed(1, errLostReply), failed(2, errDeadlineBeforeSend)})
+	fx.fake.Script(mocks.AppliedThen(errDeadlineBeforeSend))
+	o := oneOutcome(t, updateInc(fx.g))
+	if o.Disposition != writeguard.OutcomeUnknown || len(fx.fake.Calls()) != 1 {
+		t.Errorf("outcome %s after %d calls, want unknown after 1", o.Disposition, len(fx.fake.Calls()))
+	}
+	if ends := fx.rec.AttemptEnds(); len(ends) != 1 || ends[0].WireCommands != 1 {
+		t.Errorf("attempt ends %+v, want WireCommands 1 (the find not counted)", ends)
+	}
+}

@@ -78,7 +78,7 @@ func wireFrom(ctx context.Context) *wire {
 // (x/mongo/driver/operation.go finishedInformation.success).
 func WireSucceeded(ctx context.Context, ev *event.CommandSucceededEvent) {
 	w := wireFrom(ctx)
-	if w == nil || ev == nil {
+	if w == nil || ev == nil || !writeCommand(ev.CommandName) {
 		return
 	}
 	w.add(wireEvent{requestID: ev.RequestID, connectionID: ev.ConnectionID, sent: true}, ev.Reply, nil)
@@ -91,11 +91,24 @@ func WireSucceeded(ctx context.Context, ev *event.CommandSucceededEvent) {
 // reply) proves what its shape's row says (policy.ReplyShapes, Failed).
 func WireFailed(ctx context.Context, ev *event.CommandFailedEvent) {
 	w := wireFrom(ctx)
-	if w == nil || ev == nil {
+	if w == nil || ev == nil || !writeCommand(ev.CommandName) {
 		return
 	}
 	e := wireEvent{requestID: ev.RequestID, connectionID: ev.ConnectionID, sent: !preSend(ev.Failure)}
 	w.add(e, nil, ev.Failure)
+}
+
+// writeCommand reports whether name is a write command writeguard sends
+// (insert, update, delete, findAndModify): the driver may run other
+// commands on an attempt's context (client-side encryption's key vault
+// find and listCollections, an authentication), whose events say nothing
+// about the write.
+func writeCommand(name string) bool {
+	switch name {
+	case "insert", "update", "delete", "findAndModify":
+		return true
+	}
+	return false
 }
 
 // preSend reports the errors operation.go 818-822 sets before a roundTrip
