@@ -40,7 +40,7 @@ import (
 // connection checkout failure (cleared pool, wait-queue timeout, failed
 // handshake) sent nothing. A whole-command ok: 0 is an interruption (maybe
 // applied) when its code is in InterruptedCodes, rejected before it ran
-// when its code is in RejectedCodes (or a configuration or authorization
+// when its code is in RejectedCodes() (or a configuration or authorization
 // code), and unproven (maybe applied: ShapeCommandUnproven) otherwise. The label NoWritesPerformed overrides any shape: nothing was
 // written. Ambiguous is set when Proof() is MaybeApplied or
 // AppliedUnconfirmed. RetryAfter is parsed from a Cosmos DB errmsg
@@ -239,7 +239,7 @@ func serverShape(code int32, msg string) Shape {
 		return ShapeConfiguration
 	case inCodes(AuthorizationCodes, code):
 		return ShapeAuthorization
-	case inCodes(RejectedCodes, code), code == 16460 && strings.Contains(msg, " E11000 "):
+	case inCodes(rejectedCodes, code), code == 16460 && strings.Contains(msg, " E11000 "):
 		return ShapeCommandRejected
 	}
 	return ShapeCommandUnproven

@@ -252,7 +252,7 @@ var replyShapes = [shapeCount]shapeRow{
 	ShapeAuthorization: {ShapeAuthorization, "authorization", NotApplied, NotApplied, NotApplied,
 		"server: authorization is checked before the command runs (13 Unauthorized: service_entry_point_common.cpp checkAuthorization before runCommandInvocation; 11 UserNotFound, 18 AuthenticationFailed: the connection's authentication, before any command)"},
 	ShapeCommandRejected: {ShapeCommandRejected, "command_rejected", NotApplied, NotApplied, NotApplied,
-		"server: the codes of RejectedCodes are raised before the command runs (each code's source in RejectedCodes's doc: parsing, command lookup, namespace and view checks, ingress admission), or, for a command of one statement, after its write unit of work rolled back (find_and_modify.cpp)"},
+		"server: the codes of RejectedCodes are raised before the command runs (each code's source in its doc: parsing, command lookup, namespace and view checks, ingress admission), or, for a command of one statement, after its write unit of work rolled back (find_and_modify.cpp)"},
 	ShapeWriteErrorMulti: {ShapeWriteErrorMulti, "write_error_multi", MaybeApplied, Applied, NotApplied,
 		"server: a multi: true update or delete writes each matched document in a write unit of work of its own, and handleError records the statement's error keeping what it already changed (write_ops_exec.cpp performUpdates/performDeletes, handleError): the statement may be partly applied, whatever the code; an ordered command stops after it"},
 	ShapeCommandUnproven: {ShapeCommandUnproven, "command_unproven", MaybeApplied, MaybeApplied, MaybeApplied,
@@ -399,7 +399,7 @@ func WriteErrorShape(code int32, msg string, mongod bool, extra []int32) Shape {
 // no public source says when it is raised, so it is ShapeCommandUnproven.
 var AuthorizationCodes = []int32{11, 13, 18}
 
-// RejectedCodes are the whole-command codes whose source shows the write
+// rejectedCodes are the whole-command codes whose source shows the write
 // command refused before it ran (ShapeCommandRejected: not applied).
 // Sources, mongodb/mongo src/mongo (error_codes.yml for the names):
 //
@@ -439,7 +439,7 @@ var AuthorizationCodes = []int32{11, 13, 18}
 // interruption (InterruptedCodes), a configuration or an authorization
 // code. These rest on mongod's and mongos's source; on FerretDB, Azure
 // Cosmos DB and Amazon DocumentDB they are assumptions.
-var RejectedCodes = []int32{2, 9, 14, 59, 72, 73, 112, 115, 121, 134, 166, 251, 263, 433, 449, 450, 462, 10334, 11000, 11001, 12582, 16500, 16755, 17280, 40414, 40415}
+var rejectedCodes = []int32{2, 9, 14, 59, 72, 73, 112, 115, 121, 134, 166, 251, 263, 433, 449, 450, 462, 10334, 11000, 11001, 12582, 16500, 16755, 17280, 40414, 40415}
 
 func inCodes(list []int32, code int32) bool {
 	for _, c := range list {
@@ -449,3 +449,9 @@ func inCodes(list []int32, code int32) bool {
 	}
 	return false
 }
+
+// RejectedCodes returns (a copy of) the whole-command codes whose source
+// shows the write command refused before it ran (ShapeCommandRejected);
+// each code's source is in the package source beside the list. A copy:
+// the list cannot be changed process-wide.
+func RejectedCodes() []int32 { return append([]int32(nil), rejectedCodes...) }
