@@ -117,6 +117,7 @@ func TestC70VerdictsByDeployment(t *testing.T) {
 		{mocks.Mongos, 72, nil, writeguard.OutcomeUnknown},
 		{mocks.ReplicaSet, 11601, nil, writeguard.OutcomeUnknown},
 		{mocks.Mongos, 91, nil, writeguard.Written},
+		{mocks.Mongos, 13388, nil, writeguard.Written}, // StaleConfig: proved not applied, retried
 		{mocks.Standalone, 91, nil, writeguard.Written},
 	}
 	for _, c := range cases {

@@ -327,11 +327,16 @@ var InterruptedCodes = []int32{24, 50, 91, 189, 262, 279, 10058, 10107, 11600, 1
 //     ShardKeyNotFound 61 (mongos cannot target an upsert without the
 //     shard key, s/write_ops/batch_write_op.cpp targeting), ImmutableField
 //     66 (update_driver / storage_validation), NoProgressMade 82, and
-//     InvalidIdField 53 (FerretDB refuses a bad _id with it).
+//     InvalidIdField 53 (FerretDB refuses a bad _id with it);
+//   - StaleConfig 13388: the shard checks the routing version before it
+//     runs the statement (s/collection_sharding_runtime.cpp,
+//     OperationShardingState), and mongos passes the refusal on when its
+//     own refreshes are spent; proved not applied, and retried
+//     (DefaultTransientCodes).
 //
 // 16460 with " E11000 " (mongos wrapping a duplicate key, SERVER-11493)
 // counts as 11000.
-var verdictCodes = []int32{2, 14, 20, 28, 53, 61, 66, 82, 121, 10334, 11000, 11001, 12582, 16500, 16755, 17280, 17419}
+var verdictCodes = []int32{2, 14, 20, 28, 53, 61, 66, 82, 121, 10334, 11000, 11001, 12582, 13388, 16500, 16755, 17280, 17419}
 
 // neverVerdictCodes are the write-error codes that never prove their
 // statement not applied, on any deployment: the network-class codes
@@ -427,6 +432,8 @@ var AuthorizationCodes = []int32{11, 13, 18}
 //   - NoSuchTransaction 251: the session's transaction is checked
 //     before the command runs (transaction_participant.cpp
 //     beginOrContinue);
+//   - StaleConfig 13388: the shard's routing version check precedes the
+//     command (see verdictCodes);
 //   - DocumentValidationFailure 121, BSONObjectTooLarge 10334,
 //     DuplicateKey 11000, 11001, 12582, 16755, KeyTooLong 17280: a
 //     command of one statement (findAndModify) that fails as a whole
@@ -439,7 +446,7 @@ var AuthorizationCodes = []int32{11, 13, 18}
 // interruption (InterruptedCodes), a configuration or an authorization
 // code. These rest on mongod's and mongos's source; on FerretDB, Azure
 // Cosmos DB and Amazon DocumentDB they are assumptions.
-var rejectedCodes = []int32{2, 9, 14, 59, 72, 73, 112, 115, 121, 134, 166, 251, 263, 433, 449, 450, 462, 10334, 11000, 11001, 12582, 16500, 16755, 17280, 40414, 40415}
+var rejectedCodes = []int32{2, 9, 14, 59, 72, 73, 112, 115, 121, 134, 166, 251, 263, 433, 449, 450, 462, 10334, 11000, 11001, 12582, 13388, 16500, 16755, 17280, 40414, 40415}
 
 func inCodes(list []int32, code int32) bool {
 	for _, c := range list {
