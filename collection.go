@@ -166,6 +166,7 @@ func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 		ThrottledAttempts: cfg.throttledAttempts, UpsertRetries: cfg.upsertRetries,
 		AllowUnacked: cfg.allowUnacked, Reader: readback.PrimaryReads(t), Report: reportFor(cfg.uniqueID),
 		UniqueID: engine.UniqueID(t, cfg.uniqueID), Limits: engine.LimitsOf(t),
+		Deployment: engine.DeploymentOf(t), NoDriverRetries: cfg.noDriverRetries, VerdictCodes: cfg.verdictCodes, // proofs (issue 28)
 		Settled:    cfg.breaker.settled(g.Namespace(), cfg.logger, cfg.clock), // breaker.go
 		NewEncoder: driveropts.Encoder(cfg.registry, cfg.bsonOpts),
 		Panicked:   newPanicError, // panic.go

@@ -73,6 +73,19 @@
 // first attempt, so a re-sent insert meets a duplicate key on its own _id
 // and is read back (already_written) instead of being stored twice.
 //
+// # Attempts the driver hides
+//
+// With retryable writes on (the driver's default), one driver call can be
+// several attempts, and the driver's error describes its last one only: a
+// deadline before a retry's send, a cleared pool at its checkout or an
+// overload reply labelled NoWritesPerformed can follow an earlier attempt
+// that was applied. writeguard reads such an error as "not sent" only when
+// no earlier attempt could have been sent (a multi statement, a
+// standalone, WithDriverRetryWrites(false)); otherwise the write may have
+// been applied. Monitor, set on the client, reads every attempt from the
+// wire instead (policy.ReplyShape.Hidden has each rule with the driver's
+// lines; the README's "Proof rules" sums them up).
+//
 // # Finishing a call
 //
 // Report.Remaining returns the inputs of a call that ended unknown,

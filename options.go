@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"reflect"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -47,6 +49,8 @@ type config struct {
 	uniqueID          *bool                // declared by WithUniqueID; nil: learned from the target
 	registry          *bson.Registry       // WithRegistry; nil: the default
 	bsonOpts          *options.BSONOptions // WithBSONOptions; nil: none
+	noDriverRetries   bool                 // WithDriverRetryWrites(false)
+	verdictCodes      []int32              // WithVerdictCodes
 	errs              []error
 }
 
@@ -367,5 +371,53 @@ func WithDeadLetterGrace(d time.Duration) Option {
 			return
 		}
 		cfg.deadLetterGrace = d
+	})
+}
+
+// WithDriverRetryWrites declares whether the client of the guarded
+// collection retries writes itself (the driver's retryWrites, on by
+// default; options.Client().SetRetryWrites, or retryWrites=false in the
+// URI). writeguard cannot read the client's setting, so it assumes the
+// driver's default: one driver call of a retryable write (InsertOne,
+// InsertMany, UpdateOne, ReplaceOne, DeleteOne, FindOneAnd*, a BulkWrite
+// command without multi statements) may be several attempts, and an
+// error that says "not sent" or "nothing written" (a deadline or
+// cancellation before the send, a cleared pool at checkout, an overload
+// reply labelled NoWritesPerformed) describes only the last of them: an
+// earlier one may have been applied (policy.ReplyShape.Hidden, with the
+// driver lines). Declare false only when the client's retryable writes are
+// off: then such an error proves the write not sent, and writeguard may
+// send it again. A false declaration on a client that does retry makes a
+// non-idempotent update that an earlier driver attempt applied be sent
+// again. Install the command monitor (Monitor) to read each attempt from
+// the wire instead.
+func WithDriverRetryWrites(on bool) Option {
+	return optionFunc(func(c *config) { c.noDriverRetries = !on })
+}
+
+// WithVerdictCodes declares write-error codes that prove their statement
+// not applied on this Guarded's deployment, beside policy.VerdictCodes
+// (which do everywhere): a code your server raises per statement before it
+// writes anything (a proxy's or a compatible server's own refusal, say).
+// On a mongod (standalone or replica set, learned from the hello reply)
+// every write-error code but policy.NeverVerdictCodes is a verdict
+// already; these matter through mongos, or where the deployment cannot be
+// learned. A write error on a multi statement (UpdateMany, DeleteMany) is
+// never a verdict, whatever its code (it may have changed documents before
+// the one refused). New and Wrap return an error naming the first code of
+// policy.NeverVerdictCodes (network, interruption, stepdown and shutdown
+// codes, 217, 72), which cannot be proofs. It replaces the package
+// variable policy.WriteErrorVerdictCodes: a declaration per Guarded.
+func WithVerdictCodes(codes ...int) Option {
+	return optionFunc(func(c *config) {
+		never := policy.NeverVerdictCodes()
+		for _, code := range codes {
+			if slices.Contains(never, int32(code)) || code < math.MinInt32 || code > math.MaxInt32 {
+				c.errs = append(c.errs, fmt.Errorf("writeguard: WithVerdictCodes(%d): that code cannot prove a statement not applied "+
+					"(a network, interruption, stepdown or shutdown code, 217 or 72: policy.NeverVerdictCodes)", code))
+				continue
+			}
+			c.verdictCodes = append(c.verdictCodes, int32(code))
+		}
 	})
 }

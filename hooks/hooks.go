@@ -173,6 +173,12 @@ type AttemptEnd struct {
 	Class policy.Class
 	// Failures is the number of failures the attempt returned.
 	Failures int
+	// WireCommands is the number of commands the driver sent for this
+	// attempt as the command monitor saw them (writeguard.Monitor): its
+	// finished events that carry a reply or an error other than a
+	// pre-send one, hidden retries included. 0 when the monitor is not
+	// installed (no event is seen), and for an attempt that sent nothing.
+	WireCommands int
 }
 
 // Retry is sent when a retry is scheduled, before the wait.

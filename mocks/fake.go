@@ -52,8 +52,10 @@ type Fake struct {
 	// timeSeries: no unique _id index (TimeSeries).
 	timeSeries bool
 	// hello is the handshake reply Hello returns (Limits).
-	hello  bson.D
-	poison []poisonDoc
+	hello bson.D
+	// topology is what Hello says of the deployment (faketopology.go).
+	topology bson.D
+	poison   []poisonDoc
 }
 
 // The collection types CollectionType reports, as listCollections names
@@ -182,6 +184,7 @@ type Fault struct {
 	unacked   bool      // acknowledge nothing (w: 0)
 	partial   int       // with reply or network: apply the first partial-1 writes first
 	err       error     // fail with this client-side error, applying nothing
+	after     error     // apply the write, then fail with this error (faketopology.go AppliedThen)
 }
 
 type docFail struct {
@@ -483,6 +486,9 @@ func (f *Fake) execLocked(ft Fault, opName string, ops []op, ordered bool) (*exe
 	}
 	if ft.network {
 		return nil, NetworkError(opName)
+	}
+	if ft.after != nil {
+		return nil, ft.after
 	}
 	reply := bson.D{{Key: "ok", Value: 1}, {Key: "n", Value: int32(res.inserted + res.matched + res.upserted + res.deleted)}}
 	if len(writeErrors) > 0 {

@@ -47,5 +47,6 @@ func (f *Fake) Limits(maxWriteBatchSize, maxMessageSizeBytes int) *Fake {
 func (f *Fake) Hello(context.Context) (bson.Raw, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return bson.Marshal(append(bson.D{{Key: "ok", Value: 1}, {Key: "isWritablePrimary", Value: true}}, f.hello...))
+	reply := append(bson.D{{Key: "ok", Value: 1}, {Key: "isWritablePrimary", Value: true}}, f.hello...)
+	return bson.Marshal(append(reply, f.topology...))
 }

@@ -249,6 +249,10 @@
 //     db.response.status_code of the failure that caused the retry.
 //   - writeguard.dead_letter.flood (counter, {call}): calls that
 //     dead-lettered while the dead-letter flood breaker was open.
+//   - writeguard.wire.commands (counter, {command}): the commands the
+//     driver sent for guarded attempts as writeguard.Monitor saw them
+//     (hooks.AttemptEnd.WireCommands: the driver's own retries included;
+//     0 without the monitor on the client).
 //
 // The backlog (ObserveDLQ, one poller per dead-letter collection, and
 // ReplayRecorder), with db.system.name, db.namespace and
@@ -284,7 +288,8 @@
 // writeguard_call_attempts, writeguard_input_attempts,
 // writeguard_retry_delay_seconds,
 // writeguard_unclassified_total, writeguard_budget_exhausted_total,
-// writeguard_dead_letter_flood_total, writeguard_dlq_envelopes,
+// writeguard_dead_letter_flood_total, writeguard_wire_commands_total,
+// writeguard_dlq_envelopes,
 // writeguard_dlq_failing_keywords, writeguard_dlq_oldest_pending_age_seconds,
 // writeguard_replay_envelopes_total and writeguard_replay_inputs_total
 // (dots to underscores, _total on counters, _seconds for unit s, nothing

@@ -1,6 +1,7 @@
 package otelhook
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -10,6 +11,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/internal/loglimit"
 )
 
@@ -85,6 +87,10 @@ func (h *handler) instruments(m metric.Meter) error {
 	h.flood, e = m.Int64Counter(MetricDeadLetterFlood,
 		metric.WithDescription("Calls reported not handled because they dead-lettered while the dead-letter flood breaker was open."),
 		metric.WithUnit("{call}"))
+	err = errors.Join(err, e)
+	h.wire, e = m.Int64Counter(MetricWireCommands,
+		metric.WithDescription("Commands the driver sent for guarded attempts, as writeguard's command monitor saw them (the driver's own retries included)."),
+		metric.WithUnit("{command}"))
 	return errors.Join(err, e)
 }
 
@@ -94,10 +100,20 @@ func (h *handler) instruments(m metric.Meter) error {
 func (h *handler) replayInstruments(m metric.Meter) error {
 	h.duration, h.retryDelay = noop.Float64Histogram{}, noop.Float64Histogram{}
 	h.attempts, h.inputTries = noop.Int64Histogram{}, noop.Int64Histogram{}
-	h.unclassified, h.budget, h.flood = noop.Int64Counter{}, noop.Int64Counter{}, noop.Int64Counter{}
+	h.unclassified, h.budget, h.flood, h.wire = noop.Int64Counter{}, noop.Int64Counter{}, noop.Int64Counter{}, noop.Int64Counter{}
 	var err error
 	h.inputs, err = m.Int64Counter(MetricReplayInputs,
 		metric.WithDescription("Input documents or write models of a replay's guarded writes, by terminal disposition."),
 		metric.WithUnit("{input}"))
 	return err
+}
+
+// recordWire counts an attempt's wire-observed commands
+// (MetricWireCommands), with the call's attributes; an attempt the
+// monitor did not see adds 0.
+func (h *handler) recordWire(ctx context.Context, ev *hooks.AttemptEnd) {
+	if ev.Op == nil {
+		return
+	}
+	h.wire.Add(context.WithoutCancel(ctx), int64(ev.WireCommands), metric.WithAttributes(h.callAttrs(ctx, ev.Op)...))
 }

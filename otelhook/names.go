@@ -46,6 +46,13 @@ const (
 	// dead-letter flood breaker was open, and so are not handled
 	// (counter, unit "{call}").
 	MetricDeadLetterFlood = "writeguard.dead_letter.flood"
+	// MetricWireCommands counts the commands the driver sent for guarded
+	// attempts as writeguard's command monitor saw them
+	// (hooks.AttemptEnd.WireCommands: the driver's hidden retries
+	// included; nothing without writeguard.Monitor on the client)
+	// (counter, unit "{command}"). Compare it with the attempts of
+	// MetricCallAttempts to see the driver's own retries.
+	MetricWireCommands = "writeguard.wire.commands"
 	// MetricDLQEnvelopes is the number of envelopes in a dead-letter
 	// collection by status (gauge, unit "{envelope}"; ObserveDLQ).
 	MetricDLQEnvelopes = "writeguard.dlq.envelopes"
@@ -154,7 +161,7 @@ const (
 // create.
 func Instruments() []string {
 	return []string{MetricCallDuration, MetricCallAttempts, MetricInputAttempts, MetricCallInputs, MetricUnclassified,
-		MetricBudgetExhausted, MetricRetryDelay, MetricDeadLetterFlood}
+		MetricBudgetExhausted, MetricRetryDelay, MetricDeadLetterFlood, MetricWireCommands}
 }
 
 // BacklogInstruments lists the name of every instrument of the dead-letter

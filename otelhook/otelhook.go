@@ -82,6 +82,7 @@ type handler struct {
 	budget       metric.Int64Counter
 	retryDelay   metric.Float64Histogram
 	flood        metric.Int64Counter
+	wire         metric.Int64Counter // MetricWireCommands (instruments.go recordWire)
 }
 
 // Context keys of the per-call state. They hold the handler, so that two
@@ -340,6 +341,7 @@ func (h *handler) attemptFinished(ctx context.Context, ev *hooks.AttemptEnd) {
 		// will tell: count the unclassified failure here.
 		h.countUnclassified(ctx, ev.Op, ev.Code, "")
 	}
+	h.recordWire(ctx, ev)
 	s := h.stepFrom(ctx, attemptKey{h})
 	if s == nil {
 		return // no matching AttemptStarted (another hook set's context)

@@ -84,9 +84,11 @@ var (
 	// ExceededTimeLimit 262, SocketException 9001, LegacyNotPrimary 10058,
 	// NotWritablePrimary 10107, InterruptedAtShutdown 11600,
 	// InterruptedDueToReplStateChange 11602, NotPrimaryNoSecondaryOk 13435,
-	// NotPrimaryOrSecondary 13436, LockTimeout 24. The retryable-writes
-	// spec's list plus WriteConflict, LockTimeout and LegacyNotPrimary.
-	DefaultTransientCodes = []int32{6, 7, 24, 89, 91, 112, 134, 189, 262, 9001, 10058, 10107, 11600, 11602, 13435, 13436}
+	// NotPrimaryOrSecondary 13436, LockTimeout 24, StaleConfig 13388 (a
+	// shard refused the statement before running it for a stale routing
+	// table: policy.VerdictCodes). The retryable-writes spec's list plus
+	// WriteConflict, LockTimeout, LegacyNotPrimary and StaleConfig.
+	DefaultTransientCodes = []int32{6, 7, 24, 89, 91, 112, 134, 189, 262, 9001, 10058, 10107, 11600, 11602, 13388, 13435, 13436}
 	// DefaultThrottledCodes: IngressRequestRateLimitExceeded 462 (MongoDB
 	// 8.2+) and Azure Cosmos DB's 16500 (TooManyRequests, 429).
 	DefaultThrottledCodes = []int32{462, 16500}

@@ -39,8 +39,9 @@ import (
 // cancelled context, a passed deadline, a server selection failure and a
 // connection checkout failure (cleared pool, wait-queue timeout, failed
 // handshake) sent nothing. A whole-command ok: 0 is an interruption (maybe
-// applied) when its code is in InterruptedCodes, and rejected before it ran
-// otherwise. The label NoWritesPerformed overrides any shape: nothing was
+// applied) when its code is in InterruptedCodes, rejected before it ran
+// when its code is in RejectedCodes() (or a configuration or authorization
+// code), and unproven (maybe applied: ShapeCommandUnproven) otherwise. The label NoWritesPerformed overrides any shape: nothing was
 // written. Ambiguous is set when Proof() is MaybeApplied or
 // AppliedUnconfirmed. RetryAfter is parsed from a Cosmos DB errmsg
 // ("RetryAfterMs=8") or a baseBackoffMS field.
@@ -103,14 +104,10 @@ func writeErrorFailure(we mongo.WriteError, err error) Failure {
 	return f
 }
 
-// writeErrorShape is ShapeWriteError for a code that is a verdict on its
-// statement (WriteErrorVerdictCodes, or mongos's 16460 wrapping an E11000),
-// ShapeWriteErrorUnproven for any other.
+// writeErrorShape is WriteErrorShape read without knowing the deployment
+// (as through mongos): the write loop reads it again with it.
 func writeErrorShape(code int32, msg string) Shape {
-	if inCodes(WriteErrorVerdictCodes, code) || code == 16460 && strings.Contains(msg, " E11000 ") {
-		return ShapeWriteError
-	}
-	return ShapeWriteErrorUnproven
+	return WriteErrorShape(code, msg, false, nil)
 }
 
 func wceFailure(wce *mongo.WriteConcernError, labels []string, err error) Failure {
@@ -242,8 +239,10 @@ func serverShape(code int32, msg string) Shape {
 		return ShapeConfiguration
 	case inCodes(AuthorizationCodes, code):
 		return ShapeAuthorization
+	case inCodes(rejectedCodes, code), code == 16460 && strings.Contains(msg, " E11000 "):
+		return ShapeCommandRejected
 	}
-	return ShapeCommandRejected
+	return ShapeCommandUnproven
 }
 
 func lookupString(doc bson.Raw, key string) string {

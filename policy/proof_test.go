@@ -18,7 +18,7 @@ func TestReplyShapesTable(t *testing.T) {
 		if row.Shape.String() != row.Name {
 			t.Errorf("row %d: String() = %q, want %q", i, row.Shape.String(), row.Name)
 		}
-		perStatement := row.Shape == policy.ShapeWriteError || row.Shape == policy.ShapeWriteErrorUnproven
+		perStatement := row.Shape == policy.ShapeWriteError || row.Shape == policy.ShapeWriteErrorUnproven || row.Shape == policy.ShapeWriteErrorMulti
 		if !perStatement && (row.Others != row.Failed || row.Tail != row.Failed) {
 			t.Errorf("row %s: a whole-command shape proves the same for every document", row.Name)
 		}
@@ -28,6 +28,9 @@ func TestReplyShapesTable(t *testing.T) {
 	}
 	if r := policy.ShapeWriteErrorUnproven.Row(); r.Failed != policy.MaybeApplied || r.Tail != policy.MaybeApplied || r.Others != policy.Applied {
 		t.Errorf("write_error_unproven: %+v, want the statement and an ordered tail maybe applied, the others applied", r)
+	}
+	if r := policy.ShapeWriteErrorMulti.Row(); r.Failed != policy.MaybeApplied || r.Tail != policy.NotApplied || r.Others != policy.Applied {
+		t.Errorf("write_error_multi: %+v, want the statement maybe applied, an ordered tail not executed, the others applied", r)
 	}
 }
 

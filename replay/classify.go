@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/internal/readback"
@@ -48,6 +49,12 @@ func classifyReport(send []*entry, rep *writeguard.Report) {
 			e.ambiguous = f.Ambiguous
 		}
 		switch d := o.Disposition; {
+		case f != nil && f.Shape == policy.ShapeWriteErrorMulti:
+			// A multi statement refused part way (C70): it may have
+			// changed documents; held as ambiguous, never counted as
+			// rejected.
+			e.out, e.ambiguous = outFailed, true
+			e.reason = "disposition " + string(d) + ": " + e.reason
 		case d == writeguard.Written || d == writeguard.AlreadyWritten || d == writeguard.ConflictReplaced:
 			e.out = outReplayed
 		case d == writeguard.DeadLettered:
@@ -84,9 +91,15 @@ func classifyDriverError(send []*entry, err error) {
 			whole = f
 		}
 	}
+	if whole != nil && whole.ProofAfter(hiddenAttempts(send)) == policy.MaybeApplied {
+		whole.Ambiguous = true
+	}
 	for i, e := range send {
-		f := perDoc[i]
+		f := multiStatement(perDoc[i], e)
 		switch {
+		case f != nil && f.Shape == policy.ShapeWriteErrorMulti:
+			e.out, e.code, e.codeName, e.reason = outFailed, f.Code, f.CodeName, failureReason(f)
+			e.docErr, e.ambiguous = true, true
 		case f != nil && isInvalid(*f, e):
 			e.out, e.code, e.codeName, e.reason = outInvalid, f.Code, f.CodeName, failureReason(f)
 		case f != nil && policy.IsDuplicateKey(*f):
@@ -104,6 +117,46 @@ func classifyDriverError(send []*entry, err error) {
 			e.out = outReplayed
 		}
 	}
+}
+
+// hiddenAttempts reports whether an earlier attempt of the driver's
+// BulkWrite may hide behind its error: the driver retries a command of
+// single statements (retryable writes, on by default; replay cannot read
+// the client's setting nor the deployment, so it assumes them on), and
+// its error then describes the last attempt only (policy.ReplyShape.Hidden:
+// a deadline before a retry's send, a cleared pool at its checkout, an
+// overload reply labelled NoWritesPerformed, mongo-go-driver v2.10.0
+// x/mongo/driver/operation.go 747-750, 818-822, 691-703, 637-646). Only
+// a group of multi statements alone (UpdateManyModel, DeleteManyModel:
+// mongo/bulk_write.go createBatches leaves their batches unretryable) has
+// none. The same rule as the engine's (internal/engine/hidden.go).
+func hiddenAttempts(send []*entry) bool {
+	for _, e := range send {
+		switch e.model.(type) {
+		case *mongo.UpdateManyModel, *mongo.DeleteManyModel:
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// multiStatement returns f read as policy.ShapeWriteErrorMulti when e is
+// a multi statement (UpdateManyModel, DeleteManyModel) and f its write
+// error: the statement may have changed documents before the one refused
+// (write_ops_exec.cpp handleError keeps them; C70), so it is never
+// "rejected again" nor replayed as if nothing happened. f otherwise.
+func multiStatement(f *policy.Failure, e *entry) *policy.Failure {
+	if f == nil || f.Shape != policy.ShapeWriteError && f.Shape != policy.ShapeWriteErrorUnproven {
+		return f
+	}
+	switch e.model.(type) {
+	case *mongo.UpdateManyModel, *mongo.DeleteManyModel:
+		cp := *f
+		cp.Shape, cp.Ambiguous = policy.ShapeWriteErrorMulti, true
+		return &cp
+	}
+	return f
 }
 
 // isInvalid reports whether f rejects the document as invalid: 121, or

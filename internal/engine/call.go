@@ -113,7 +113,7 @@ type Inputs struct {
 func (e *Engine) Run(ctx context.Context, s Spec) (Result, error) {
 	in := s.Inputs
 	c := e.newCall(s.Name, in.Ordered, len(in.Docs)+len(in.Models))
-	c.op.Command, c.callOpts, c.idempotent, c.send = in.Command, in.CallOptions, s.Idempotent, s.Send
+	c.op.Command, c.callOpts, c.idempotent, c.send = in.Command, in.CallOptions, s.Idempotent, c.wrapSend(s.Send)
 	if in.Docs != nil {
 		c.takeDocs(in.Docs)
 	} else if err := c.prepareModels(in.Models); err != nil {

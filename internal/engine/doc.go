@@ -34,6 +34,13 @@
 //	verdicts       route.go      per document: its failure and what the reply proved
 //	                             (policy.Extract, Failure.Proof, the policy.ReplyShapes table;
 //	                             a command of one statement: statement.go, oneStatement)
+//	readWriteErrors writeerrors.go each write error read again with its statement (a multi
+//	                             statement: write_error_multi) and the deployment (deployment.go,
+//	                             hello: mongod or mongos); a 72 on an idempotent model: sent alone
+//	hiddenFor      hidden.go     whether an error that says "not sent" of the driver's last
+//	                             attempt may hide an earlier applied one (policy.ReplyShape.Hidden),
+//	                             or what the wire's events proved (monitor.go: writeguard.Monitor;
+//	                             wrapSend tags each attempt's context)
 //	decide         route.go      classify (policy.Classifier), then Route: one Decision
 //	apply          state.go      Settle -> done; Retry -> retrying; ReadBack, DeadLetter,
 //	                             HandleConflict -> collected, then carryOut:
@@ -66,9 +73,9 @@
 //     network error, a checkout or selection error: verdicts, through the
 //     shape's row of policy.ReplyShapes (what it proves about the failed
 //     document, the others, and an ordered command's tail; a write error
-//     proves its statement not applied only for the codes of
-//     policy.WriteErrorVerdictCodes; one whose index names no statement
-//     proves nothing);
+//     proves its statement not applied only as policy.WriteErrorShape
+//     reads it with the deployment, writeerrors.go; one on a multi
+//     statement or whose index names no statement proves nothing);
 //   - a duplicate key on a possibly applied insert: readBackAll
 //     (AfterReadBack: its own write, someone else's, or absent);
 //   - the dead-letter sink's and a read-back's errors: retrySide;

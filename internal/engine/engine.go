@@ -68,6 +68,19 @@ type Config struct {
 	// asked again as a read-back is (retrySide); if it persists, _id
 	// counts as not unique for the call.
 	UniqueID func(ctx context.Context) (bool, error)
+	// Deployment says what the collection's server is (DeploymentOf, its
+	// hello reply); nil: DeploymentUnknown, read as carefully as can be
+	// (the driver may retry, the server may be mongos).
+	Deployment func(ctx context.Context) Deployment
+	// NoDriverRetries: the caller declared its client's retryable writes
+	// off (writeguard.WithDriverRetryWrites(false)): one driver call is
+	// one attempt, and a driver error describes all of it (hidden.go).
+	NoDriverRetries bool
+	// VerdictCodes are the caller's own write-error codes that prove
+	// their statement not applied through mongos too
+	// (writeguard.WithVerdictCodes; never one of
+	// policy.NeverVerdictCodes); nil: none.
+	VerdictCodes []int32
 	// Report turns a finished call that did not end all written into
 	// the error the call returns (the root's *Report), reading what the
 	// call proved through its Result.
@@ -100,6 +113,10 @@ type Engine struct {
 	logLimit *loglimit.Limiter
 	health   atomic.Int64 // attempts of any call that the server executed (bisect.go)
 	encoders *sync.Pool   // of *docEncoder (prepare.go)
+	// wire: whether the command monitor was seen on this collection's
+	// client (seen), or found absent (absent: attempts are no longer
+	// tagged); monitor_reply.go noteWire.
+	wire struct{ seen, absent atomic.Bool }
 }
 
 // New returns the engine of cfg.

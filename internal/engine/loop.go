@@ -158,6 +158,7 @@ func (c *Call) sendOnce(ctx context.Context, batch []*item) (res any, err error)
 func (c *Call) attemptFinished(actx context.Context, docs int, t0 time.Time, err error, fails []policy.Failure) {
 	e := c.e
 	end := &hooks.AttemptEnd{Op: c.op, Attempt: c.attempts, Documents: docs, Duration: e.cfg.Clock.Now().Sub(t0), Err: err}
+	end.WireCommands = c.ext.wire.sentCommands() // monitor.go (issue 28)
 	if errors.Is(err, ErrUnacked) {
 		end.Err = nil
 	} else if len(fails) > 0 {

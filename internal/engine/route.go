@@ -49,10 +49,7 @@ func (c *Call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 	c.ext.whole, c.ext.wholeN = whole, len(batch)
 	out := make([]verdict, len(batch))
 	if whole != nil {
-		p := whole.Proof()
-		for i := range out {
-			out[i] = verdict{fail: whole, proof: p, sent: p != policy.NotSent, notOwn: true}
-		}
+		c.wholeVerdicts(out, whole)
 		return out
 	}
 	stop := len(batch)
@@ -87,6 +84,20 @@ func (c *Call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 	return out
 }
 
+// wholeVerdicts sets every verdict of out to what the whole-command
+// failure whole proved: its row's Failed proof, or Hidden after attempts
+// the driver may have hidden (hidden.go), or per statement what the
+// wire's events proved (wireVerdict).
+func (c *Call) wholeVerdicts(out []verdict, whole *policy.Failure) {
+	p := whole.ProofAfter(c.ext.hidden)
+	for i := range out {
+		out[i] = verdict{fail: whole, proof: p, sent: p != policy.NotSent, notOwn: true}
+		if c.ext.wireProofs != nil {
+			out[i] = wireVerdict(whole, c.ext.wireProofs[i])
+		}
+	}
+}
+
 // tailVerdict is the verdict on a statement after first, the write error
 // that ended an ordered command (its row's Tail): not executed, still
 // pending, after a verdict; otherwise what Tail proves, with first as the
@@ -103,6 +114,8 @@ func (c *Call) tailVerdict(first *policy.Failure) verdict {
 func (c *Call) route(ctx context.Context, batch []*item, fails []policy.Failure) {
 	var td todo
 	wrote := false
+	c.readWriteErrors(ctx, batch, fails)
+	c.ext.hidden, c.ext.wireProofs = c.hiddenFor(ctx, batch, fails)
 	for i, v := range c.verdicts(batch, fails) {
 		it := batch[i]
 		if !v.sent {
@@ -118,13 +131,20 @@ func (c *Call) route(ctx context.Context, batch []*item, fails []policy.Failure)
 		case v.fail == nil:
 			// an ordered write's tail: pending, sent again next attempt
 		default:
-			c.apply(it, c.decide(ctx, it, v), &td)
+			d := c.decide(ctx, it, v)
+			if sk, ok := c.shardKeyMove(it, v, len(batch)); ok {
+				d = sk
+			}
+			c.apply(it, d, &td)
 		}
 	}
 	if wrote {
 		c.e.cfg.Budget.Success()
 	}
 	c.carryOut(ctx, &td, "", c.maybeInserts(batch))
+	if len(td.readBackEnd) > 0 {
+		c.carryOut(ctx, &todo{readBack: td.readBackEnd}, ReadBackFallback(), nil)
+	}
 	if c.hint != "" {
 		c.giveUp(ctx, c.rest(ctx), StopConfiguration)
 		return
@@ -136,6 +156,7 @@ func (c *Call) route(ctx context.Context, batch []*item, fails []policy.Failure)
 func (c *Call) decide(ctx context.Context, it *item, v verdict) Decision {
 	cp := *v.fail
 	cp.Index = it.index
+	cp.Ambiguous = cp.Ambiguous || v.proof == policy.MaybeApplied
 	it.fail = &cp
 	it.class = c.e.cfg.Classifier.Classify(*v.fail)
 	switch v.proof {
@@ -161,6 +182,7 @@ func (c *Call) decide(ctx context.Context, it *item, v verdict) Decision {
 		Kind: it.kind, Upsert: it.upsert, Idempotent: c.idempotentItem(it), NoUniqueID: c.noUniqueID,
 		EverMaybe: it.mayBeApplied(), Unconfirmed: it.ev == unconfirmed,
 		UpsertRuns: it.upsertRuns, MaxUpsertRuns: c.e.cfg.UpsertRetries,
+		FromServer: v.fail.Origin == policy.OriginServer || v.fail.Origin == policy.OriginWriteConcern,
 	})
 }
 

@@ -89,6 +89,11 @@ type Facts struct {
 	// UpsertRuns is how many times an upsert was run again after a
 	// duplicate key; MaxUpsertRuns bounds it.
 	UpsertRuns, MaxUpsertRuns int
+	// FromServer is true when the failure is a server's reply (Origin
+	// server or write_concern), not a client-side error of no driver
+	// shape (a Target's panic): only then is a possibly applied insert
+	// that is not retried read back (RuleReadBackStopping).
+	FromServer bool
 }
 
 // resendable reports whether the document may be sent again after an
@@ -131,8 +136,8 @@ func settle(d policy.Disposition, rule string) Decision {
 //     back); otherwise written_unconfirmed.
 //  2. A whole-command failure is never a verdict on the documents, nor is a
 //     failure that proves nothing (Proof MaybeApplied: a write error whose
-//     code is not in policy.WriteErrorVerdictCodes, whatever a classifier
-//     says of it): an Invalid or Conflict class there is treated as Unknown
+//     code is no verdict where it came from, policy.WriteErrorShape, or one
+//     on a multi statement, whatever a classifier says of it): an Invalid or Conflict class there is treated as Unknown
 //     (never dead-lettered, never handed to a conflict handler).
 //  3. Transient and Throttled: retried, unless the document may have been
 //     applied and may not be re-sent: an insert where _id is not unique is
@@ -146,9 +151,10 @@ func settle(d policy.Disposition, rule string) Decision {
 //     it and it may not be re-sent (then as rule 6); anything else goes to
 //     the conflict handler.
 //  6. Unknown and Configuration, never retried: written_unconfirmed when an
-//     attempt applied it with a write concern error, unknown when one may
-//     have applied it, not_attempted when nothing was sent, failed
-//     otherwise.
+//     attempt applied it with a write concern error; an insert that may
+//     have been applied is read back (RuleReadBackStopping); unknown when
+//     another model may have been applied, not_attempted when nothing was
+//     sent, failed otherwise.
 func Route(f Facts) Decision {
 	if f.Proof == policy.AppliedUnconfirmed {
 		if f.Class.Retryable() && f.resendable() {
@@ -183,8 +189,18 @@ func Route(f Facts) Decision {
 		}
 		return Decision{Action: HandleConflict, Rule: "conflict"}
 	}
+	if maybe && f.Kind == KindInsert && !f.Unconfirmed && f.FromServer {
+		return Decision{Action: ReadBack, Rule: RuleReadBackStopping}
+	}
 	return unretried(f, maybe, ReasonNotRetried)
 }
+
+// RuleReadBackStopping is the Decision.Rule of a possibly applied insert
+// whose failure is not retried (Unknown, Configuration: 217, an unknown
+// code): it is read back by _id at once, and ends already_written when
+// found, unknown (ReadBackFallback) when not, or with the conflict handler
+// when another document holds its _id.
+const RuleReadBackStopping = "maybe_applied_not_retried_read_back"
 
 // unretried ends a document whose failure is not retried, for reason why.
 func unretried(f Facts, maybe bool, why Reason) Decision {

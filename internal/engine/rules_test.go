@@ -124,7 +124,11 @@ func TestRouteRules(t *testing.T) {
 		{"whole-command conflict fails loudly", whole(ins(policy.Conflict, policy.NotApplied)), engine.Settle, policy.Failed},
 		{"interrupted insert is retried", whole(ins(policy.Transient, policy.MaybeApplied)), engine.Retry, ""},
 		{"interrupted update (not idempotent) is unknown", whole(upd(policy.Transient, policy.MaybeApplied)), engine.Settle, policy.OutcomeUnknown},
-		{"11601 Interrupted (unknown class) leaves unknown", whole(ins(policy.Unknown, policy.MaybeApplied)), engine.Settle, policy.OutcomeUnknown},
+		// Issue 28: a possibly applied insert that is not retried is read
+		// back at once (already_written when found, unknown when not).
+		{"11601 Interrupted (unknown class) insert is read back", fromServer(whole(ins(policy.Unknown, policy.MaybeApplied))), engine.ReadBack, ""},
+		{"a Target's panic (unknown class, not from a server) leaves an insert unknown", whole(ins(policy.Unknown, policy.MaybeApplied)), engine.Settle, policy.OutcomeUnknown},
+		{"11601 Interrupted (unknown class) update leaves unknown", whole(upd(policy.Unknown, policy.MaybeApplied)), engine.Settle, policy.OutcomeUnknown},
 		{"pool cleared (not sent) is retried", whole(ins(policy.Transient, policy.NotSent)), engine.Retry, ""},
 		{"unknown and never sent is not_attempted", whole(ins(policy.Unknown, policy.NotSent)), engine.Settle, policy.NotAttempted},
 		{"duplicate after an ambiguous attempt is read back", ins(policy.Conflict, policy.NotApplied), engine.HandleConflict, ""},
@@ -337,4 +341,10 @@ func TestMaybeAppliedIsNoVerdict(t *testing.T) {
 			t.Errorf("%+v -> %s (%s)", f, d.Action, d.Rule)
 		}
 	})
+}
+
+// fromServer marks f's failure as a server's reply (Facts.FromServer).
+func fromServer(f engine.Facts) engine.Facts {
+	f.FromServer = true
+	return f
 }

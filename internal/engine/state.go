@@ -117,6 +117,9 @@ func (it *item) mayBeApplied() bool { return it.ev != noEvidence }
 // need more than a settle.
 type todo struct {
 	readBack, deadLetter, conflict []*item
+	// readBackEnd: possibly applied inserts not retried, read back with
+	// the fallback unknown (RuleReadBackStopping; route).
+	readBackEnd []*item
 }
 
 // pending returns the items still to send, in input order.
@@ -169,6 +172,10 @@ func (c *Call) apply(it *item, d Decision, td *todo) {
 			it.upsertRuns++
 		}
 	case ReadBack:
+		if d.Rule == RuleReadBackStopping {
+			td.readBackEnd = append(td.readBackEnd, it)
+			break
+		}
 		td.readBack = append(td.readBack, it)
 	case DeadLetter:
 		td.deadLetter = append(td.deadLetter, it)

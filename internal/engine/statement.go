@@ -15,6 +15,15 @@ type callExt struct {
 	// matchedNothing is its answer on the attempt that wrote the input.
 	matched        func(result any) bool
 	matchedNothing bool
+	// doneAtSend: the context had ended when the last attempt called the
+	// driver (wrapSend); hidden: the last attempt's failures are read as
+	// after hidden attempts (hiddenFor).
+	doneAtSend, hidden bool
+	// wire is the last attempt's record of finished command events
+	// (monitor.go); wireProofs the per-statement proofs it gave the
+	// last attempt's whole-command failure (hiddenFor), nil when none.
+	wire       wire
+	wireProofs []policy.Proof
 }
 
 // neverResend takes back every idempotence mark of the call
