@@ -174,7 +174,7 @@ func (h *HiddenAttempts) answerRetry(cmd *Command, forward func(*Command) (bson.
 			Extra:   bson.D{{Key: "baseBackoffMS", Value: backoff}}}))
 	case RetryIncompleteHistory:
 		return bson.Marshal(errorReplyDoc(CommandError{Code: 217, CodeName: "IncompleteTransactionHistory",
-			Message: "Incomplete history detected for transaction 1 on session " + fmt.Sprintf("%x", key)}))
+			Message: "Incomplete history detected for transaction " + key[strings.LastIndexByte(key, '/')+1:] + " on session " + key[:strings.LastIndexByte(key, '/')]}))
 	}
 	// Sent after all (no HoldUntilDeadline, the trap released): the
 	// retryable-write record answers for the applied statements.
