@@ -42,10 +42,12 @@ type RetryFate string
 
 // The retry fates.
 const (
-	// RetryCutByDeadline: the first attempt is answered with 9001
-	// SocketException labelled RetryableWriteError (a reply lost on the
-	// server's side of the connection: the pool is not cleared and the
-	// server stays selectable), whose errmsg carries RetryCutMarker; a
+	// RetryCutByDeadline: the first attempt, applied, is answered with
+	// 11602 InterruptedDueToReplStateChange labelled RetryableWriteError
+	// (as mongod does when a stepdown interrupts a write waiting for its
+	// write concern; the proxy announces the new topologyVersion first, so
+	// the server is selectable again and the pool is not cleared), whose
+	// errmsg carries RetryCutMarker; a
 	// client monitor wrapped by HoldUntilDeadline then holds the driver
 	// until the call's deadline has passed, so that the retry's
 	// calculateMaxTimeMS / context check fails before the send
@@ -132,8 +134,12 @@ func (h *HiddenAttempts) ReplyLost(fate RetryFate) Fault {
 		h.mu.Unlock()
 		switch fate {
 		case RetryCutByDeadline:
-			return bson.Marshal(errorReplyDoc(CommandError{Code: 9001, CodeName: "SocketException",
-				Message: "Connection reset by peer; " + RetryCutMarker, Labels: []string{"RetryableWriteError"}}))
+			// As the existing ApplyThenError 11602 faults do: the new
+			// topologyVersion is announced first, so the server is
+			// selectable again when the driver retries.
+			h.p.topologyEvent()
+			return bson.Marshal(h.p.errorReply(CommandError{Code: 11602, CodeName: "InterruptedDueToReplStateChange",
+				Message: "operation was interrupted; " + RetryCutMarker, Labels: []string{"RetryableWriteError"}}))
 		case RetryPoolCleared:
 			h.trap.arm(deadline)
 		}
