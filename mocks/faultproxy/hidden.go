@@ -150,16 +150,21 @@ func (h *HiddenAttempts) ReplyLost(fate RetryFate) Fault {
 // Retries is the rule that answers the retries of the writes ReplyLost
 // lost; place it before the rules that may fire on the same commands.
 func (h *HiddenAttempts) Retries() *Rule {
-	return OnAny().Where(func(c *Command) bool {
-		key, ok := retryKey(c)
-		if !ok {
-			return false
-		}
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		_, ok = h.pending[key]
-		return ok
-	}).Always().Do(Fault{kind: FaultHiddenRetry, handler: h.answerRetry})
+	return OnAny().Where(h.IsRetry).Always().Do(Fault{kind: FaultHiddenRetry, handler: h.answerRetry})
+}
+
+// IsRetry reports whether c is a retry (same lsid and txnNumber) of a
+// write whose reply ReplyLost lost: rules that must fire on first
+// attempts only exclude it in their Where.
+func (h *HiddenAttempts) IsRetry(c *Command) bool {
+	key, ok := retryKey(c)
+	if !ok {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok = h.pending[key]
+	return ok
 }
 
 func (h *HiddenAttempts) answerRetry(cmd *Command, forward func(*Command) (bson.Raw, error)) (bson.Raw, error) {

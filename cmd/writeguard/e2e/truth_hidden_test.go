@@ -40,7 +40,7 @@ import (
 )
 
 const (
-	hiddenCalls    = 36
+	hiddenCalls    = 48
 	hiddenDeadline = 500 * time.Millisecond
 )
 
@@ -89,7 +89,9 @@ type hiddenCall struct {
 func hiddenScript(h *faultproxy.HiddenAttempts, ns string, seed int64, sharded bool) []faultproxy.ScriptItem {
 	single := func(name string) func() *faultproxy.Rule {
 		return func() *faultproxy.Rule {
-			return faultproxy.On(name).In(ns).Where(func(c *faultproxy.Command) bool { return len(c.Statements()) == 1 && !cmdMulti(c) })
+			return faultproxy.On(name).In(ns).Where(func(c *faultproxy.Command) bool {
+				return len(c.Statements()) == 1 && !cmdMulti(c) && !h.IsRetry(c)
+			})
 		}
 	}
 	lost := func(f faultproxy.RetryFate) faultproxy.Fault { return h.ReplyLost(f) }
@@ -103,8 +105,11 @@ func hiddenScript(h *faultproxy.HiddenAttempts, ns string, seed int64, sharded b
 		return out
 	}
 	items := []faultproxy.ScriptItem{h.Retries()}
-	items = append(items, cover(single("update"), lost(faultproxy.RetryCutByDeadline), lost(faultproxy.RetryPoolCleared),
-		lost(faultproxy.RetryOverloaded), lost(faultproxy.RetryIncompleteHistory))...)
+	items = append(items, cover(single("update"), lost(faultproxy.RetryCutByDeadline), lost(faultproxy.RetryOverloaded),
+		lost(faultproxy.RetryIncompleteHistory))...)
+	// The pool clear cuts every writer off until its call's deadline:
+	// late, so that the other faults meet the calls first.
+	items = append(items, single("update")().Nth(6).Do(lost(faultproxy.RetryPoolCleared)))
 	items = append(items, cover(single("insert"), lost(faultproxy.RetryCutByDeadline), lost(faultproxy.RetryIncompleteHistory))...)
 	items = append(items,
 		faultproxy.On("update").In(ns).Where(cmdMulti).Always().Do(faultproxy.RandomSchedule(seed,
@@ -114,8 +119,12 @@ func hiddenScript(h *faultproxy.HiddenAttempts, ns string, seed int64, sharded b
 	if sharded {
 		fam = append(fam, faultproxy.Rate{P: 0.1, Fault: faultproxy.ShardReplyLost(6)}, faultproxy.Rate{P: 0.1, Fault: faultproxy.ShardReplyLost(89)},
 			faultproxy.Rate{P: 0.1, Fault: faultproxy.ShardReplyLost(9001)})
-		items = append(items, faultproxy.On("update").In(ns).Where(func(c *faultproxy.Command) bool { return len(c.Statements()) > 1 }).Always().
-			Do(faultproxy.RandomSchedule(seed, faultproxy.Rate{P: 0.5, Fault: faultproxy.ShardKeyMove(0)})))
+		batch := func() *faultproxy.Rule {
+			return faultproxy.On("update").In(ns).Where(func(c *faultproxy.Command) bool { return len(c.Statements()) > 1 })
+		}
+		items = append(items, batch().Do(faultproxy.ShardKeyMove(0)),
+			batch().Always().Do(faultproxy.RandomSchedule(seed, faultproxy.Rate{P: 0.5, Fault: faultproxy.ShardKeyMove(0)})),
+			faultproxy.On("findAndModify").In(ns).Where(func(c *faultproxy.Command) bool { return !h.IsRetry(c) }).Do(faultproxy.ShardReplyLost(89)))
 	}
 	items = append(items, faultproxy.On("findAndModify").In(ns).Always().Do(faultproxy.RandomSchedule(seed+1, fam...)))
 	for k, name := range []string{"update", "insert"} {
@@ -275,8 +284,8 @@ func truthHiddenRun(t *testing.T, seed int64, workers int, sharded, monitor bool
 	if st.Faults[faultproxy.FaultMultiRefused] == 0 {
 		t.Errorf("hidden attempts: no multi update was refused midway")
 	}
-	if sharded && st.Faults[faultproxy.FaultShard] == 0 {
-		t.Errorf("hidden attempts: no shard key move (72 copies) fired")
+	if sharded && (st.Faults[faultproxy.FaultShard] == 0 || st.Faults[faultproxy.FaultApplyThenError] == 0) {
+		t.Errorf("hidden attempts: no shard key move (72 copies) or no findAndModify shard reply lost: faults %v", st.Faults)
 	}
 }
 
