@@ -35,6 +35,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/policy"
 )
@@ -81,6 +82,7 @@ type hiddenCall struct {
 	ids      []string // the documents the call's inputs write (one per input)
 	outcomes []writeguard.Outcome
 	err      error
+	trace    []string // writeguard's attempts (AttemptFinished)
 }
 
 // hiddenScript is the phase's schedule: the retries of the lost replies
@@ -169,6 +171,7 @@ func hiddenCallsFor(seed int64, sharded bool) []*hiddenCall {
 }
 
 func hiddenWrite(ctx context.Context, g *writeguard.Guarded, c *hiddenCall) {
+	ctx = context.WithValue(ctx, truthCallKey{}, c)
 	ctx, cancel := context.WithTimeout(ctx, hiddenDeadline)
 	defer cancel()
 	// Each update also sets w to its input's id, so that its dead-letter
@@ -250,7 +253,16 @@ func truthHiddenRun(t *testing.T, seed int64, workers int, sharded, monitor bool
 	}
 	b.seed(coll, seeded...)
 	h := faultproxy.NewHiddenAttempts(b.proxy)
-	g := b.guard(coll, writeguard.WithBackoff(policy.Backoff{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond, MaxAttempts: 8}))
+	var traceMu sync.Mutex
+	tracer := hooks.Hooks{AttemptFinished: func(ctx context.Context, e *hooks.AttemptEnd) {
+		if c, ok := ctx.Value(truthCallKey{}).(*hiddenCall); ok {
+			traceMu.Lock()
+			c.trace = append(c.trace, fmt.Sprintf("#%d: code %d %s", e.Attempt, e.Code, e.Class))
+			traceMu.Unlock()
+		}
+	}}
+	g := b.guard(coll, writeguard.WithBackoff(policy.Backoff{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond, MaxAttempts: 8}),
+		writeguard.WithHooks(tracer))
 	b.script(hiddenScript(h, ns, seed, sharded)...)
 
 	t0 := time.Now()
@@ -335,8 +347,8 @@ func hiddenCheck(b *caseBed, coll, dlqColl string, calls []*hiddenCall) *hiddenV
 				if f := o.Failure; f != nil {
 					last = fmt.Sprintf("%d %s %s/%s", f.Code, f.CodeName, f.Shape, o.Class)
 				}
-				v.untrue = append(v.untrue, fmt.Sprintf("%s %s (call %d, ordered=%v): %s maybe=%v attempts=%d reason=%s, applied %d, dead-lettered %d, last failure %s: %s; err %v",
-					c.kind, id, c.i, c.ordered, o.Disposition, o.MaybeWritten, o.Attempts, o.Reason, n, q, last, why, c.err))
+				v.untrue = append(v.untrue, fmt.Sprintf("%s %s (call %d, ordered=%v): %s maybe=%v attempts=%d reason=%s, applied %d, dead-lettered %d, last failure %s: %s; err %v; writeguard attempts: %s",
+					c.kind, id, c.i, c.ordered, o.Disposition, o.MaybeWritten, o.Attempts, o.Reason, n, q, last, why, c.err, strings.Join(c.trace, "; ")))
 			}
 			if c.kind == hInsertOne && (n > 1 || q > 1) {
 				v.duplicated++
