@@ -69,9 +69,13 @@ const (
 	// retry is answered {ok: 0, code: 462, codeName: "IngressRequestRateLimitExceeded"},
 	// labelled RetryableError, SystemOverloadedError and
 	// NoWritesPerformed, with a baseBackoffMS longer than the call's
-	// remaining time when the retry carries maxTimeMS (1 ms otherwise):
-	// the driver's overload backoff is cut short by the deadline and it
-	// returns the retry's own error (operation.go 639-646).
+	// remaining time when the retry carries maxTimeMS (1 ms otherwise),
+	// and RetryCutMarker in its errmsg: HoldUntilDeadline holds the
+	// driver until the deadline, so the overload backoff (jittered,
+	// capped at 10 s) is always longer than the time left, and the
+	// driver returns the retry's own error (operation.go 639-646).
+	// Without the monitor it does so unless the jitter draws a backoff
+	// shorter than the time left.
 	RetryOverloaded RetryFate = "overloaded"
 	// RetryIncompleteHistory: the first attempt's connection is closed;
 	// the retry is answered {ok: 0, code: 217, codeName:
@@ -82,7 +86,8 @@ const (
 )
 
 // RetryCutMarker is part of the errmsg of a RetryCutByDeadline first
-// attempt's reply: HoldUntilDeadline holds the driver on it.
+// attempt's reply and of a RetryOverloaded retry's reply:
+// HoldUntilDeadline holds the driver on it.
 const RetryCutMarker = "faultproxy: reply lost, retry to be cut by the deadline"
 
 // HiddenAttempts keeps the writes whose reply a ReplyLost fault lost and
@@ -180,7 +185,7 @@ func (h *HiddenAttempts) answerRetry(cmd *Command, forward func(*Command) (bson.
 			backoff = 4*ms + 10_000
 		}
 		return bson.Marshal(errorReplyDoc(CommandError{Code: 462, CodeName: "IngressRequestRateLimitExceeded",
-			Message: "faultproxy: the server is overloaded",
+			Message: "faultproxy: the server is overloaded; " + RetryCutMarker,
 			Labels:  []string{"RetryableError", "SystemOverloadedError", "NoWritesPerformed"},
 			Extra:   bson.D{{Key: "baseBackoffMS", Value: backoff}}}))
 	case RetryIncompleteHistory:

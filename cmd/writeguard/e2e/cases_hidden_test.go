@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -21,13 +22,18 @@ import (
 )
 
 // hiddenBed is the replica-set bed with the driver's retryable writes on,
-// the wire monitor (wireMonitor) around the bed's command counter, and
-// HoldUntilDeadline (faultproxy.RetryCutByDeadline); it returns the bed
-// and the proxy's hidden-attempt state.
-func hiddenBed(t *testing.T, opts ...cbOption) (*caseBed, *faultproxy.HiddenAttempts) {
+// HoldUntilDeadline (faultproxy.RetryCutByDeadline) around the bed's
+// command counter and, when monitor is true, the wire monitor
+// (wireMonitor) around both; it returns the bed and the proxy's
+// hidden-attempt state.
+func hiddenBed(t *testing.T, monitor bool, opts ...cbOption) (*caseBed, *faultproxy.HiddenAttempts) {
 	t.Helper()
 	opts = append([]cbOption{cbReplicaSet(), cbRetryWrites(), cbClientOptions(func(o *options.ClientOptions) {
-		o.SetMonitor(wireMonitor(faultproxy.HoldUntilDeadline(o.Monitor)))
+		m := faultproxy.HoldUntilDeadline(o.Monitor)
+		if monitor {
+			m = wireMonitor(m)
+		}
+		o.SetMonitor(m)
 	})}, opts...)
 	b := newCaseBed(t, opts...)
 	if b.server == nil {
@@ -69,7 +75,13 @@ func balance(t *testing.T, b *caseBed, coll, id string) int64 {
 // C67/C69's rule: unknown with MaybeWritten, applied once, never handed
 // back by Remaining.
 func hiddenUpdate(t *testing.T, fate faultproxy.RetryFate, deadline time.Duration) {
-	b, h := hiddenBed(t)
+	for _, monitor := range []bool{false, true} {
+		t.Run(fmt.Sprintf("monitor=%v", monitor), func(t *testing.T) { hiddenUpdateOnce(t, fate, deadline, monitor) })
+	}
+}
+
+func hiddenUpdateOnce(t *testing.T, fate faultproxy.RetryFate, deadline time.Duration, monitor bool) {
+	b, h := hiddenBed(t, monitor)
 	const coll = "accounts"
 	b.seed(coll, cbD("_id", "acct-1", "balance", int64(0)))
 	b.script(h.Retries(), faultproxy.On("update").In(b.ns(coll)).Do(h.ReplyLost(fate)))
@@ -99,7 +111,13 @@ func hiddenUpdate(t *testing.T, fate faultproxy.RetryFate, deadline time.Duratio
 // hiddenInsert runs InsertOne {_id: "ins-1"} under ReplyLost(fate) and
 // checks that it is read back: stored, not a conflict on its own _id.
 func hiddenInsert(t *testing.T, fate faultproxy.RetryFate, deadline time.Duration) {
-	b, h := hiddenBed(t)
+	for _, monitor := range []bool{false, true} {
+		t.Run(fmt.Sprintf("monitor=%v", monitor), func(t *testing.T) { hiddenInsertOnce(t, fate, deadline, monitor) })
+	}
+}
+
+func hiddenInsertOnce(t *testing.T, fate faultproxy.RetryFate, deadline time.Duration, monitor bool) {
+	b, h := hiddenBed(t, monitor)
 	const coll = "inserts"
 	b.script(h.Retries(), faultproxy.On("insert").In(b.ns(coll)).Do(h.ReplyLost(fate)))
 	g := b.guard(coll)

@@ -60,7 +60,7 @@ func TestHiddenFatesDriverErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(string(tc.fate), func(t *testing.T) {
-			b, h := hiddenBed(t)
+			b, h := hiddenBed(t, false)
 			const coll = "raw"
 			b.seed(coll, cbD("_id", "acct-1", "balance", int64(0)))
 			b.script(h.Retries(), faultproxy.On("update").In(b.ns(coll)).Do(h.ReplyLost(tc.fate)))
