@@ -144,12 +144,13 @@ type Proxy struct {
 	script     atomic.Pointer[Script]
 	counters   *counters
 	connIDs    atomic.Int64
-	txns       *txnTable                      // retryable-write records (replica-set mode)
-	failPoints *failPoints                    // configureFailPoint state
-	vlog       validationLog                  // validation failures logged (warn, errorAndLog)
-	procID     bson.ObjectID                  // topologyVersion.processId (replica-set mode)
-	updates    sync.Mutex                     // held while an update goes upstream (isolate)
-	hidden     atomic.Pointer[HiddenAttempts] // NewHiddenAttempts (hidden.go)
+	txns       *txnTable     // retryable-write records (replica-set mode)
+	failPoints *failPoints   // configureFailPoint state
+	vlog       validationLog // validation failures logged (warn, errorAndLog)
+	procID     bson.ObjectID // topologyVersion.processId (replica-set mode)
+	updates    sync.Mutex    // held while an update goes upstream (isolate)
+
+	hidden atomic.Pointer[HiddenAttempts] // NewHiddenAttempts (hidden.go)
 
 	parkMu sync.Mutex
 	parked []net.Conn // upstream connections of closed sessions (park)
