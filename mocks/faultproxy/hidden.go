@@ -47,14 +47,18 @@ const (
 	// (as mongod does when a stepdown interrupts a write waiting for its
 	// write concern; the proxy announces the new topologyVersion first, so
 	// the server is selectable again and the pool is not cleared), whose
-	// errmsg carries RetryCutMarker; a
-	// client monitor wrapped by HoldUntilDeadline then holds the driver
-	// until the call's deadline has passed, so that the retry's
-	// calculateMaxTimeMS / context check fails before the send
-	// (operation.go 747-750): the driver returns "context deadline
-	// exceeded" or ErrDeadlineWouldBeExceeded with no NetworkError
-	// label. Without the monitor the retry is sent and answered from the
-	// retryable-write record.
+	// errmsg carries RetryCutMarker; a client monitor wrapped by
+	// HoldUntilDeadline then holds the driver until the call's deadline
+	// has passed, so that the retry's calculateMaxTimeMS / context check
+	// fails before the send (operation.go 747-750): the driver returns
+	// "context deadline exceeded" or ErrDeadlineWouldBeExceeded with no
+	// NetworkError label. Without the monitor the retry is sent and
+	// answered from the retryable-write record. (After a dropped
+	// connection, C67's report, the same check fails only when the
+	// deadline falls between the retry's checkout and its send; a
+	// deadline met earlier, in server selection or the checkout, makes
+	// the driver return the first attempt's network error: a race the bed
+	// replaces by this deterministic path to the same error.)
 	RetryCutByDeadline RetryFate = "cut_by_deadline"
 	// RetryPoolCleared: the first attempt's connection is closed (the
 	// driver clears its pool); the next connection the pool opens is held
