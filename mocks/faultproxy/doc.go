@@ -107,6 +107,20 @@
 // one. Write error indexes in the reply (the server's own, e.g. 11000, and
 // the proxy's) are those of the client's command.
 //
+// # Hidden attempts
+//
+// NewHiddenAttempts(p) gives the faults of a write applied whose reply is
+// lost, followed by the driver's own retry of it (same lsid and
+// txnNumber), which meets a RetryFate: cut by the deadline before it is
+// sent (with HoldUntilDeadline on the client's monitor), refused by a pool
+// clear, answered 462 labelled NoWritesPerformed, or answered 217
+// IncompleteTransactionHistory. Put its Retries rule first in the script
+// and its ReplyLost faults anywhere. RefuseMultiAt writes a multi update's
+// first k-1 documents and refuses the k-th; ShardKeyMove is a sharded child
+// batch failed with 72 copies after its first statement was applied;
+// ShardReplyLost is a write mongos fails as a whole (6, 89, 9001) after the
+// shard ran it. See hidden.go and multi.go.
+//
 // # Counters
 //
 // Stats reports commands by name and namespace, statements received and

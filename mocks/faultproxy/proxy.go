@@ -150,6 +150,8 @@ type Proxy struct {
 	procID     bson.ObjectID // topologyVersion.processId (replica-set mode)
 	updates    sync.Mutex    // held while an update goes upstream (isolate)
 
+	hidden atomic.Pointer[HiddenAttempts] // NewHiddenAttempts (hidden.go)
+
 	parkMu sync.Mutex
 	parked []net.Conn // upstream connections of closed sessions (park)
 
@@ -355,6 +357,8 @@ type session struct {
 
 	txn     *txnCtx // the retryable write being executed (replica-set mode)
 	appName string  // client.application.name of the handshake
+
+	hiddenSeen bool // the session's first message went through hiddenGate
 }
 
 var errCloseClient = errors.New("faultproxy: closing the client connection")
@@ -455,6 +459,9 @@ func (s *session) relayStream(reply *message) error {
 }
 
 func (s *session) handle(m *message) error {
+	if err := s.hiddenGate(); err != nil {
+		return err
+	}
 	switch m.opcode {
 	case opMsgCode:
 		return s.handleMsg(m)
@@ -711,7 +718,7 @@ func (s *session) answerFault(x *exchange) (done bool, err error) {
 		return true, s.reply(x, s.p.errorReply(f.cmdErr))
 	case FaultCloseBeforeForward:
 		return true, errCloseClient
-	case FaultCustom:
+	case FaultCustom, FaultReplyLost, FaultHiddenRetry, FaultMultiRefused:
 		reply, err := f.handler(x.cmd, s.forward)
 		if err != nil || x.noReply || reply == nil {
 			return true, err

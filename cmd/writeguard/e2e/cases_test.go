@@ -1383,7 +1383,7 @@ func TestC26Unacknowledged(t *testing.T) {
 // (retryWrites=false: the driver passes it through as a write error): 20
 // IllegalOperation is refused before the statement runs, and mongos
 // relays a shard's 20 only from a shard that ran nothing, so it proves
-// the statement not applied (policy.WriteErrorVerdictCodes): failed, and
+// the statement not applied (policy.VerdictCodes): failed, and
 // the ordered tail the server never ran not_attempted;
 // 79 and 100 as write concern errors (the write was applied:
 // written_unconfirmed, not re-sent).

@@ -309,6 +309,7 @@ func shTruthRun(t *testing.T, seed int64, workers, nCalls int) {
 			t.Errorf("fault kind %s never fired: the schedule does not exercise it", k)
 		}
 	}
+	truthHidden(t, seed, workers, true)
 }
 
 func shTruthWrite(ctx context.Context, g *cbGuard, c *shCall) {

@@ -188,6 +188,7 @@ func truthRun(t *testing.T, seed int64, workers int) {
 		}
 	}
 	truthMethods(t, b, seed, workers)
+	truthHidden(t, seed, workers, false)
 }
 
 type truthCallKey struct{}
