@@ -77,8 +77,12 @@ func (c *Call) pass(ctx context.Context, batch []*item, whole bool, delay time.D
 	}
 	c.offset = 0
 	for k, cmd := range cmds {
-		if k > 0 && (ctx.Err() != nil || c.ordered && !wroteAll(cmds[k-1])) {
-			break // the rest stays pending: the next pass sends it, or gives it up
+		if k > 0 && (c.stopped || ctx.Err() != nil || !allLive(cmd) || c.ordered && !wroteAll(cmds[k-1])) {
+			// The stop rule: once the call is ended (a configuration
+			// failure, the context) or a statement of this command has
+			// its disposition, the command is not sent; the rest stays
+			// pending for the next pass, or was given up.
+			break
 		}
 		res, err := c.attempt(ctx, cmd, delay)
 		if c.attempts == 1 && len(cmds) == 1 && c.next == len(c.items) && (err == nil || errors.Is(err, ErrUnacked)) {

@@ -224,6 +224,9 @@ func (c *Call) stopOrdered(ctx context.Context) {
 
 // giveUp ends items that will not be sent again, as policy.GiveUp decides.
 func (c *Call) giveUp(ctx context.Context, its []*item, why StopReason) {
+	if why == StopConfiguration || why == StopContext {
+		c.stopped = true // the call ends: no further command is sent (pass)
+	}
 	if len(its) == 0 {
 		return
 	}
