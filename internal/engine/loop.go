@@ -21,7 +21,7 @@ func (c *Call) run(ctx context.Context) error {
 	c.op.BatchSize = len(c.items)
 	c.start = e.cfg.Clock.Now()
 	if e.observed {
-		ctx = e.hooks.OperationStarted(ctx, c.op)
+		ctx = e.hooks.OperationStarted(withPanics(ctx, &c.panics), c.op)
 	}
 	c.ctx = ctx
 
