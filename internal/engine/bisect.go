@@ -127,13 +127,10 @@ func (c *Call) narrow(batch []*item) []*item {
 			if !c.ordered {
 				return half
 			}
-			last := half[len(half)-1]
-			for i, it := range batch {
-				if it == last {
-					return batch[:i+1]
-				}
+			if end := prefixThrough(batch, half); end > 0 {
+				return batch[:end]
 			}
-			b.active, b.sentHalf = false, false // the window cut the suspects: not bisecting
+			b.active, b.sentHalf = false, false // the window holds no suspect: not bisecting
 		}
 	}
 	return c.isolatedApart(batch)
@@ -226,21 +223,26 @@ func (c *Call) observeHalf(batch []*item, whole *policy.Failure) {
 	switch {
 	case whole == nil && b.foundIn(batch):
 		// A statement of the half failed alone as the poison makes a
-		// command fail (one statement: its own verdict): found.
+		// command fail (one statement: its own verdict): found, and
+		// the call gets another bound, as for an isolated document.
 		b.active, b.suspect, b.resent = false, nil, 0
+		b.left += BisectBound(len(c.items))
 	case whole == nil:
-		// The half was executed: the poison is among the others.
-		b.suspect, b.resent = without(liveOf(b.suspect), batch), 0
+		// The half was executed: the poison is among the others. An
+		// ordered write's statements after its first write error were
+		// not executed (still pending): they stay suspects.
+		b.suspect, b.resent = without(liveOf(b.suspect), executed(batch)), 0
 	case !poisonSuspect(whole, c.e.cfg.Classifier.Classify(*whole)).possible,
 		FailureKind(whole) != b.kind:
 		// Nothing reached the server, it asked to slow down, or the
 		// half failed otherwise than the poison makes a command fail:
 		// the half proved nothing either way; it goes again after the
-		// backoff, the first time uncharged, and the bisection command
-		// is given back.
+		// backoff, the first time uncharged (then its documents pay
+		// their tries: the normal retry path bounds it), and the
+		// bisection command is given back.
 		b.resent++
+		b.left++
 		if b.resent <= maxResends {
-			b.left++
 			giveBack(batch, whole, false)
 		}
 	default:
@@ -457,6 +459,38 @@ func both(a, b []*item) []*item {
 	var out []*item
 	for _, it := range a {
 		if in[it] {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// prefixThrough returns the length of the prefix of batch (the waiting
+// documents of an ordered write, in input order, cut to its window) that
+// ends with the last document of half (a prefix of the suspects, in
+// input order) or, when the window ends before it, with the window's
+// last suspect of half; 0 when the window holds none of half.
+func prefixThrough(batch, half []*item) int {
+	first, last := half[0].index, half[len(half)-1].index
+	end := 0
+	for i, it := range batch {
+		if it.index <= last {
+			end = i + 1
+		}
+	}
+	if end == 0 || batch[end-1].index < first {
+		return 0
+	}
+	return end
+}
+
+// executed returns the items of batch, a command the server executed,
+// that it did execute: all but an ordered write's statements after its
+// first write error, which stay pending.
+func executed(batch []*item) []*item {
+	var out []*item
+	for _, it := range batch {
+		if it.state != pending {
 			out = append(out, it)
 		}
 	}
