@@ -129,7 +129,11 @@ func (c *Call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 			c.settle(it, policy.Written)
 		}
 	case errors.Is(err, ErrUnacked):
+		// Sent, and the server reported nothing (w: 0): each statement
+		// may be stored (MaybeWritten), nothing more can be proved, and
+		// a re-send could store a copy.
 		for _, it := range batch {
+			it.ev = max(it.ev, maybe)
 			c.settle(it, policy.Unacknowledged)
 		}
 		if !e.cfg.AllowUnacked {
