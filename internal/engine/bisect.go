@@ -43,14 +43,38 @@ import (
 // waits its backoff as usual) the bisection's commands are sent without
 // waiting.
 //
+// # Transient faults during the narrowing (CASES C72)
+//
+// A half's whole-command failure narrows the bisection only when it is of
+// the poison's own kind (FailureKind of the failure that started it): a
+// failure of another kind (a shutdown 91, a stepdown 10107, a write
+// conflict 112, a throttle 462, a dropped connection while a size
+// rejection is chased, nothing sent) says nothing about where the poison
+// is, and the same half goes again after the backoff, its first such
+// failure uncharged (maxResends; later ones are the documents' own tries:
+// the normal retry path bounds them). A failure of the poison's kind may
+// itself be transient (a dropped connection while a dropped connection is
+// chased): unless that kind is deterministic, the document the narrowing
+// leaves is sent alone before the others (verify); written, it shows the
+// narrowing followed a transient failure, and the bisection starts over
+// on what is left of its batch (restart, at most maxRestarts times). Only
+// the statements the server executed leave the suspects: an ordered
+// half's statements after its first write error stay. The failures that
+// proved a poison (the batch's, and the earlier one of the same kind it
+// repeats) are not charged to the good documents: they were the poison's
+// commands.
+//
 // # Bounds and re-send rules
 //
 // Bisection commands are not charged to their documents' attempts (a
 // whole-command failure of a batch is not a verdict on any one of its
 // documents); they have their own bound: BisectBound(n) commands for a
 // call of n inputs, and another BisectBound(n) for each document isolated
-// (so k poison documents cost about k·(log2(n)+1) commands). When the
-// bound is spent the call goes on with ordinary retries. Bisection only
+// or found and each start-over (so k poison documents cost about
+// k·(log2(n)+1) commands). A half that settled a statement, and a failure
+// of another kind, give their command back: the first is progress the
+// number of documents bounds, the second is bounded by the documents'
+// tries. When the bound is spent the call goes on with ordinary retries. Bisection only
 // chooses which of the documents still waiting for an attempt are sent
 // next; whether a document may be sent again at all is decided, as for any
 // attempt, by Route and GiveUp: a model that may have been applied and is
@@ -231,7 +255,14 @@ func (c *Call) observeHalf(batch []*item, whole *policy.Failure) {
 		// The half was executed: the poison is among the others. An
 		// ordered write's statements after its first write error were
 		// not executed (still pending): they stay suspects.
-		b.suspect, b.resent = without(liveOf(b.suspect), executed(batch)), 0
+		// A half that settled a statement made progress the number of
+		// documents bounds: only a half that settled none spends the
+		// bound (an ordered half stopped at once by a write error).
+		ran := executed(batch)
+		b.suspect, b.resent = without(liveOf(b.suspect), ran), 0
+		if len(liveOf(ran)) < len(ran) {
+			b.left++
+		}
 	case !poisonSuspect(whole, c.e.cfg.Classifier.Classify(*whole)).possible,
 		FailureKind(whole) != b.kind:
 		// Nothing reached the server, it asked to slow down, or the
