@@ -184,7 +184,9 @@ func WithConflictHandler(h ConflictHandler) Option {
 }
 
 // WithHooks adds lifecycle hooks. Several calls add several sets, called in
-// order (see hooks.Compose).
+// order (see hooks.Compose). A hook that panics cannot break a call: the
+// panic is recovered, and the call ends with its *Report carrying a
+// *PanicError ("hook <Name>").
 func WithHooks(h hooks.Hooks) Option {
 	return optionFunc(func(cfg *config) { cfg.hooks = append(cfg.hooks, h) })
 }
