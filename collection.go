@@ -3,6 +3,8 @@ package writeguard
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -135,10 +137,15 @@ func Wrap(coll *mongo.Collection, opts ...Option) (*Guarded, error) {
 
 // New returns a guarded Target: a *mongo.Collection (prefer Wrap, which
 // also exposes the collection's other methods) or a test double. Errors
-// are those of Wrap.
+// are those of Wrap; a nil pointer in the interface (a typed nil such as
+// (*mongo.Collection)(nil)) is refused with an error naming its type, as
+// a nil Target is.
 func New(t Target, opts ...Option) (*Guarded, error) {
 	if t == nil {
 		return nil, errors.New("writeguard: New(nil target)")
+	}
+	if v := reflect.ValueOf(t); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("writeguard: New(%T(nil)): the target is a typed nil", t)
 	}
 	db := ""
 	if c, ok := t.(*mongo.Collection); ok && c != nil {

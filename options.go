@@ -191,7 +191,9 @@ func WithConflictHandler(h ConflictHandler) Option {
 }
 
 // WithHooks adds lifecycle hooks. Several calls add several sets, called in
-// order (see hooks.Compose).
+// order (see hooks.Compose). A hook that panics cannot break a call: the
+// panic is recovered, and the call ends with its *Report carrying a
+// *PanicError ("hook <Name>").
 func WithHooks(h hooks.Hooks) Option {
 	return optionFunc(func(cfg *config) { cfg.hooks = append(cfg.hooks, h) })
 }
@@ -247,9 +249,16 @@ func WithUpsertConflictRetries(n int) Option {
 
 // WithUnacknowledged accepts a collection whose write concern is
 // unacknowledged (w: 0). The server then reports nothing: every document
-// ends "unacknowledged", nothing is classified, dead-lettered or resolved.
-// Without this option such a write returns a Report wrapping
-// ErrUnacknowledged.
+// sent ends "unacknowledged" (MaybeWritten: sent, outcome unknown),
+// nothing is classified, dead-lettered or resolved. Without this option
+// such a write (the collection's write concern, or a clone's) is sent all
+// the same, and returns a *Report wrapping ErrUnacknowledged whose
+// documents are "unacknowledged" with MaybeWritten: a handled error
+// (Handled is true; Remaining re-sends nothing), since a re-send could
+// store a copy. With a dead-letter sink (WithDeadLetter) the sink still
+// receives what is refused before sending (a document that fails to
+// encode, one over 16 MiB) and every failure of acknowledged writes: the
+// two options combine.
 func WithUnacknowledged() Option {
 	return optionFunc(func(cfg *config) { cfg.allowUnacked = true })
 }

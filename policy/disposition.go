@@ -53,12 +53,13 @@ const (
 )
 
 // Handled reports whether the disposition needs nothing more from the
-// caller: written, already_written, dead_lettered and every conflict
-// handler resolution named "conflict_<verb>". Conflicted itself
-// ("conflict") and every failure are not handled.
+// caller: written, already_written, dead_lettered, unacknowledged (sent
+// with w: 0: nothing can prove more, and a re-send may store a copy) and
+// every conflict handler resolution named "conflict_<verb>". Conflicted
+// itself ("conflict") and every failure are not handled.
 func (d Disposition) Handled() bool {
 	switch d {
-	case Written, AlreadyWritten, DeadLettered:
+	case Written, AlreadyWritten, DeadLettered, Unacknowledged:
 		return true
 	}
 	return d.IsConflict() && d != Conflicted

@@ -43,14 +43,38 @@ import (
 // waits its backoff as usual) the bisection's commands are sent without
 // waiting.
 //
+// # Transient faults during the narrowing (CASES C72)
+//
+// A half's whole-command failure narrows the bisection only when it is of
+// the poison's own kind (FailureKind of the failure that started it): a
+// failure of another kind (a shutdown 91, a stepdown 10107, a write
+// conflict 112, a throttle 462, a dropped connection while a size
+// rejection is chased, nothing sent) says nothing about where the poison
+// is, and the same half goes again after the backoff, its first such
+// failure uncharged (maxResends; later ones are the documents' own tries:
+// the normal retry path bounds them). A failure of the poison's kind may
+// itself be transient (a dropped connection while a dropped connection is
+// chased): unless that kind is deterministic, the document the narrowing
+// leaves is sent alone before the others (verify); written, it shows the
+// narrowing followed a transient failure, and the bisection starts over
+// on what is left of its batch (restart, at most maxRestarts times). Only
+// the statements the server executed leave the suspects: an ordered
+// half's statements after its first write error stay. The failures that
+// proved a poison (the batch's, and the earlier one of the same kind it
+// repeats) are not charged to the good documents: they were the poison's
+// commands.
+//
 // # Bounds and re-send rules
 //
 // Bisection commands are not charged to their documents' attempts (a
 // whole-command failure of a batch is not a verdict on any one of its
 // documents); they have their own bound: BisectBound(n) commands for a
 // call of n inputs, and another BisectBound(n) for each document isolated
-// (so k poison documents cost about k·(log2(n)+1) commands). When the
-// bound is spent the call goes on with ordinary retries. Bisection only
+// or found and each start-over (so k poison documents cost about
+// k·(log2(n)+1) commands). A half that settled a statement, and a failure
+// of another kind, give their command back: the first is progress the
+// number of documents bounds, the second is bounded by the documents'
+// tries. When the bound is spent the call goes on with ordinary retries. Bisection only
 // chooses which of the documents still waiting for an attempt are sent
 // next; whether a document may be sent again at all is decided, as for any
 // attempt, by Route and GiveUp: a model that may have been applied and is
@@ -70,15 +94,32 @@ func BisectBound(n int) int {
 
 // bisection is the bisection state of one call.
 type bisection struct {
-	active   bool
-	suspect  []*item // the documents known to hold a poison one
-	sentHalf bool    // the last attempt sent a half of suspect
-	left     int     // bisection commands left to the call
-	started  bool    // left has been set
-	lastKind string  // FailureKind of the previous attempt's whole-command failure of ≥ 2 documents
-	lastSeen int64   // Engine.health when that failure was read
-	isolated map[*item]bool
+	active  bool
+	suspect []*item // the documents the narrowing holds to hold a poison one
+	root    []*item // the batch whose failure started the bisection: what a start over narrows again
+	kind    string  // FailureKind of that failure: the poison's
+	// deterministic: that failure cannot be transient (poisonSuspect)
+	deterministic bool
+	sentHalf      bool    // the last attempt sent a half of suspect
+	resent        int     // failures of another kind of the half now sent (the probe)
+	verify        *item   // isolated by the narrowing, sent alone before the others
+	restarts      int     // start-overs of the call (maxRestarts)
+	left          int     // bisection commands left to the call
+	started       bool    // left has been set
+	lastKind      string  // FailureKind of the previous attempt's whole-command failure of ≥ 2 documents
+	lastSeen      int64   // Engine.health when that failure was read
+	lastBatch     []*item // the documents that failure charged (nil after a half's)
+	isolated      map[*item]bool
 }
+
+// maxRestarts bounds the start-overs of one call: a start-over needs a
+// failure of the poison's own kind on a half without it, a coincidence.
+const maxRestarts = 3
+
+// maxResends is how many failures of another kind than the poison's one
+// half may meet before its documents pay their tries again (the normal
+// retry path): the first is re-sent uncharged.
+const maxResends = 1
 
 // narrow returns the documents of batch (the documents waiting, in input
 // order, cut to an ordered write's window) that the next attempt sends:
@@ -93,12 +134,15 @@ func (c *Call) narrow(batch []*item) []*item {
 	if c.ordered && b.isolated[batch[0]] {
 		return batch[:1]
 	}
+	if v := b.verify; v != nil && v.live() && !c.ordered {
+		return []*item{v} // the isolated document alone, before the others
+	}
 	if b.active {
 		cand := liveOf(b.suspect)
 		if len(cand) <= 1 {
 			b.active = false
 			if len(cand) == 1 {
-				c.isolate(cand[0])
+				c.isolateSuspect(cand[0])
 				return c.narrow(batch)
 			}
 		} else {
@@ -107,15 +151,21 @@ func (c *Call) narrow(batch []*item) []*item {
 			if !c.ordered {
 				return half
 			}
-			last := half[len(half)-1]
-			for i, it := range batch {
-				if it == last {
-					return batch[:i+1]
-				}
+			if end := prefixThrough(batch, half); end > 0 {
+				return batch[:end]
 			}
-			b.active, b.sentHalf = false, false // the window cut the suspects: not bisecting
+			b.active, b.sentHalf = false, false // the window holds no suspect: not bisecting
 		}
 	}
+	return c.isolatedApart(batch)
+}
+
+// isolatedApart returns the documents of batch the next attempt sends
+// when no half is: an ordered write's documents before its first
+// isolated one; an unordered write's documents that are not isolated, or
+// else one isolated document alone.
+func (c *Call) isolatedApart(batch []*item) []*item {
+	b := &c.ext.bis
 	if len(b.isolated) == 0 {
 		return batch
 	}
@@ -165,6 +215,10 @@ func (c *Call) observe(batch []*item, err error) {
 	if whole == nil && err == nil || whole == nil && len(batch) > 0 {
 		c.e.health.Add(1) // the server executed the command
 	}
+	if v := b.verify; v != nil && len(batch) == 1 && batch[0] == v {
+		c.observeVerify(v, whole)
+		return
+	}
 	if b.sentHalf {
 		c.observeHalf(batch, whole)
 		return
@@ -181,43 +235,146 @@ func (c *Call) observe(batch []*item, err error) {
 // observeHalf narrows the bisection after an attempt that sent a half of
 // its suspects (batch), whose whole-command failure is whole (nil: the
 // half was executed), and ends it when one suspect or none is left, or
-// when its bound is spent.
+// when its bound is spent. Only a failure of the poison's own kind
+// narrows: a failure of another kind (a shutdown, a stepdown, a write
+// conflict while a dropped connection is chased) says nothing about
+// where the poison is, and the half goes again after the backoff,
+// uncharged the first time (C72).
 func (c *Call) observeHalf(batch []*item, whole *policy.Failure) {
 	b := &c.ext.bis
 	b.sentHalf = false
 	b.left--
 	switch {
+	case whole == nil && b.foundIn(batch):
+		// A statement of the half failed alone as the poison makes a
+		// command fail (one statement: its own verdict): found, and
+		// the call gets another bound, as for an isolated document.
+		b.active, b.suspect, b.resent = false, nil, 0
+		b.left += BisectBound(len(c.items))
 	case whole == nil:
-		// The half was executed: the poison is among the others.
-		b.suspect = without(liveOf(b.suspect), batch)
-	case !poisonSuspect(whole, c.e.cfg.Classifier.Classify(*whole)).possible:
-		// Nothing reached the server, or it asked to slow down: the
-		// half proved nothing either way; it goes again after the
-		// backoff, and the bisection command is given back.
-		b.left++
-	default:
-		b.suspect = liveOf(batch)
-		for _, it := range batch {
-			if it.tries > 0 && Charged(whole) {
-				it.tries-- // a bisection command is not a try
-			}
-			if it.state == retrying {
-				it.to(pending) // the server is healthy: no backoff
-			}
+		// The half was executed: the poison is among the others. An
+		// ordered write's statements after its first write error were
+		// not executed (still pending): they stay suspects.
+		// A half that settled a statement made progress the number of
+		// documents bounds: only a half that settled none spends the
+		// bound (an ordered half stopped at once by a write error).
+		ran := executed(batch)
+		b.suspect, b.resent = without(liveOf(b.suspect), ran), 0
+		if len(liveOf(ran)) < len(ran) {
+			b.left++
 		}
+	case !poisonSuspect(whole, c.e.cfg.Classifier.Classify(*whole)).possible,
+		FailureKind(whole) != b.kind:
+		// Nothing reached the server, it asked to slow down, or the
+		// half failed otherwise than the poison makes a command fail:
+		// the half proved nothing either way; it goes again after the
+		// backoff, the first time uncharged (then its documents pay
+		// their tries: the normal retry path bounds it), and the
+		// bisection command is given back.
+		b.resent++
+		b.left++
+		if b.resent <= maxResends {
+			giveBack(batch, whole, false)
+		}
+	default:
+		b.suspect, b.resent = liveOf(batch), 0
+		giveBack(batch, whole, true)
 	}
-	if cand := liveOf(b.suspect); len(cand) <= 1 {
+	if cand := liveOf(b.suspect); len(cand) <= 1 && b.active {
 		b.active = false
 		if len(cand) == 1 {
-			c.isolate(cand[0])
+			c.isolateSuspect(cand[0])
+		} else {
+			c.restart() // every suspect was written: the poison is elsewhere
 		}
 	}
 	if b.left <= 0 {
 		b.active = false
 	}
 	if whole != nil {
-		b.lastKind, b.lastSeen = FailureKind(whole), c.e.health.Load()
+		b.lastKind, b.lastSeen, b.lastBatch = FailureKind(whole), c.e.health.Load(), nil
 	}
+}
+
+// giveBack returns the try a whole-command failure whole took from each
+// document of batch (a bisection command is not a try); with now, those
+// marked for retry go at once (the server is healthy: no backoff).
+func giveBack(batch []*item, whole *policy.Failure, now bool) {
+	for _, it := range batch {
+		if it.tries > 0 && Charged(whole) {
+			it.tries--
+		}
+		if now && it.state == retrying {
+			it.to(pending)
+		}
+	}
+}
+
+// isolateSuspect isolates it, the one suspect the narrowing left; unless
+// the poison's failure is deterministic (a failure of that kind cannot be
+// transient), it is sent alone before the others (verify).
+func (c *Call) isolateSuspect(it *item) {
+	c.isolate(it)
+	if b := &c.ext.bis; !b.deterministic {
+		b.verify = it
+	}
+}
+
+// foundIn reports whether a statement of batch, a half the server
+// executed, ended unstored with a failure of the poison's kind.
+func (b *bisection) foundIn(batch []*item) bool {
+	for _, it := range batch {
+		if !it.live() && !it.disp.Stored() && it.fail != nil && FailureKind(it.fail) == b.kind {
+			return true
+		}
+	}
+	return false
+}
+
+// observeVerify reads the lone attempt of v, the document the narrowing
+// isolated (whole: its whole-command failure, nil when the server
+// executed it). v written shows that a failure of a half was transient
+// after all: the bisection starts over on what is left of its batch. A
+// failure of another kind than the poison's proves nothing: v goes alone
+// again, on its own tries (or, when they are spent, the bisection starts
+// over). Any other end confirms v: it fails alone as its batch did, or
+// for a reason of its own (a verdict on its one statement).
+func (c *Call) observeVerify(v *item, whole *policy.Failure) {
+	b := &c.ext.bis
+	other := whole != nil && FailureKind(whole) != b.kind
+	switch {
+	case other && v.live():
+		// v goes alone again
+	case v.disp.Stored() || other:
+		b.verify = nil
+		c.restart()
+	default:
+		b.verify = nil
+	}
+}
+
+// restart starts the bisection over on the live documents of its batch
+// that are not isolated, within maxRestarts and another bound of
+// commands: a narrowing that followed a transient failure of the
+// poison's kind isolated a good document.
+func (c *Call) restart() {
+	b := &c.ext.bis
+	var cand []*item
+	for _, it := range liveOf(b.root) {
+		if !b.isolated[it] {
+			cand = append(cand, it)
+		}
+	}
+	if len(cand) == 0 || b.restarts >= maxRestarts {
+		return
+	}
+	b.restarts++
+	b.left += BisectBound(len(c.items))
+	if len(cand) == 1 {
+		c.isolateSuspect(cand[0])
+		return
+	}
+	b.active, b.suspect, b.resent = true, cand, 0
 }
 
 // maybeBisect starts a bisection of batch (two or more documents, not a
@@ -231,12 +388,22 @@ func (c *Call) maybeBisect(batch []*item, whole *policy.Failure) {
 	suspect := poisonSuspect(whole, c.e.cfg.Classifier.Classify(*whole))
 	seen := c.e.health.Load()
 	repeated := kind == b.lastKind && seen > b.lastSeen
-	b.lastKind, b.lastSeen = kind, seen
+	earlier := b.lastBatch
+	b.lastKind, b.lastSeen, b.lastBatch = kind, seen, batch
 	if !suspect.possible || !(suspect.deterministic || repeated) || b.left <= 0 {
 		return
 	}
 	if cand := liveOf(batch); len(cand) >= 2 {
-		b.active, b.suspect = true, cand
+		b.active, b.suspect, b.root, b.kind, b.resent = true, cand, cand, kind, 0
+		b.deterministic = suspect.deterministic
+		// The failures that proved a poison (this one, and the earlier
+		// one of the same kind it repeats) were the poison's commands:
+		// not tries of the good documents.
+		giveBack(cand, whole, false)
+		if repeated && !suspect.deterministic {
+			giveBack(both(earlier, cand), whole, false)
+		}
+		b.lastBatch = nil
 	}
 }
 
@@ -308,6 +475,53 @@ func without(its, drop []*item) []*item {
 	var out []*item
 	for _, it := range its {
 		if !gone[it] {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// both returns the items of a that are also in b.
+func both(a, b []*item) []*item {
+	in := make(map[*item]bool, len(b))
+	for _, it := range b {
+		in[it] = true
+	}
+	var out []*item
+	for _, it := range a {
+		if in[it] {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// prefixThrough returns the length of the prefix of batch (the waiting
+// documents of an ordered write, in input order, cut to its window) that
+// ends with the last document of half (a prefix of the suspects, in
+// input order) or, when the window ends before it, with the window's
+// last suspect of half; 0 when the window holds none of half.
+func prefixThrough(batch, half []*item) int {
+	first, last := half[0].index, half[len(half)-1].index
+	end := 0
+	for i, it := range batch {
+		if it.index <= last {
+			end = i + 1
+		}
+	}
+	if end == 0 || batch[end-1].index < first {
+		return 0
+	}
+	return end
+}
+
+// executed returns the items of batch, a command the server executed,
+// that it did execute: all but an ordered write's statements after its
+// first write error, which stay pending.
+func executed(batch []*item) []*item {
+	var out []*item
+	for _, it := range batch {
+		if it.state != pending {
 			out = append(out, it)
 		}
 	}

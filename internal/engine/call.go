@@ -186,6 +186,8 @@ type Call struct {
 	// noUniqueID: _id is not unique where the documents land (asked of
 	// Config.UniqueID once, when an insert may have been applied).
 	noUniqueID, uniqueAsked bool
-	stopAt                  int     // ordered: batch position of the last attempt's first write error, -1 when none
-	ext                     callExt // per-model idempotence, one-statement rule, bisection (statement.go, bisect.go)
+	panics                  hookPanics // the hooks' recovered panics (panic.go), until finish
+	stopped                 bool       // the call is ended (giveUp: configuration, context): no further command is sent
+	stopAt                  int        // ordered: batch position of the last attempt's first write error, -1 when none
+	ext                     callExt    // per-model idempotence, one-statement rule, bisection (statement.go, bisect.go)
 }

@@ -288,3 +288,15 @@ func wroteAll(cmd []*item) bool {
 	}
 	return true
 }
+
+// allLive reports whether every statement of cmd still waits for an
+// attempt: a command that carries a statement with its disposition is not
+// sent (the stop rule, loop.go pass).
+func allLive(cmd []*item) bool {
+	for _, it := range cmd {
+		if !it.live() {
+			return false
+		}
+	}
+	return true
+}

@@ -53,6 +53,30 @@
 //	finish         result.go     Config.Settled, then Result -> Config.Report; the
 //	                             OperationFinished hook
 //
+// # The stop rule (loop.go pass, state.go giveUp)
+//
+// Once the engine ends a call (a configuration failure gives up every
+// pending input, or the context ends: giveUp sets Call.stopped), no
+// further command is sent; a command already sent is settled by its
+// reply. pass never sends a command carrying a statement that already has
+// its disposition (allLive). So a statement that was sent is never
+// not_attempted, and not_attempted comes with neither MaybeWritten nor
+// attempts (CASES C68).
+//
+// # The bisection rule (bisect.go)
+//
+// A half's whole-command failure narrows the suspects only when it is of
+// the poison's own kind (FailureKind of the failure that started the
+// bisection); any other failure says nothing about where the poison is:
+// the half goes again, its first such failure not charged, its command
+// given back. A non-deterministic kind may be transient too: the document
+// the narrowing leaves is sent alone first, and if it is written the
+// bisection starts over on what is left (at most maxRestarts times). Only
+// executed statements leave the suspects. The bound stays finite:
+// BisectBound(n) failing halves per bisection, isolation, find or
+// start-over; halves that settled statements are bounded by the number of
+// documents (CASES C66, C72).
+//
 // # One state per document (state.go)
 //
 // Each input is in one state: pending, prefailed, retrying, parked or done;

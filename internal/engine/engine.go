@@ -130,7 +130,11 @@ func New(cfg Config) *Engine {
 	if cfg.Panicked == nil {
 		cfg.Panicked = panicMessage
 	}
-	e := &Engine{cfg: cfg, observed: cfg.Observed, hooks: cfg.Hooks, logLimit: loglimit.New(time.Minute, cfg.Clock.Now), encoders: defaultEncoders}
+	e := &Engine{cfg: cfg, observed: cfg.Observed, logLimit: loglimit.New(time.Minute, cfg.Clock.Now), encoders: defaultEncoders}
+	e.hooks = cfg.Hooks
+	if cfg.Observed {
+		e.hooks = e.guardHooks(cfg.Hooks) // a hook's panic cannot break a call (panic.go)
+	}
 	if cfg.NewEncoder != nil {
 		e.encoders = encoderPool(cfg.NewEncoder)
 	}
@@ -156,7 +160,8 @@ func (e *Engine) InTransaction(ctx context.Context, opName string, n int, send f
 	cfg := &e.cfg
 	op := &hooks.Operation{Name: opName, Database: cfg.Database, Collection: cfg.Collection, BatchSize: n, Ordered: true, InTransaction: true}
 	t0 := cfg.Clock.Now()
-	ctx = e.hooks.OperationStarted(ctx, op)
+	var panics hookPanics
+	ctx = e.hooks.OperationStarted(withPanics(ctx, &panics), op)
 	actx := e.hooks.AttemptStarted(ctx, &hooks.AttemptStart{Op: op, Attempt: 1, Documents: n})
 	a0 := cfg.Clock.Now()
 	err := send(actx)
@@ -168,6 +173,12 @@ func (e *Engine) InTransaction(ctx context.Context, opName string, n int, send f
 	e.hooks.AttemptFinished(actx, end)
 	e.hooks.OperationFinished(ctx, &hooks.OperationEnd{Op: op, Attempts: 1, Err: err, Code: end.Code, Class: end.Class,
 		Duration: cfg.Clock.Now().Sub(t0)})
+	if hp := panics.take(); len(hp) > 0 {
+		// A hook panicked: its *PanicError joins the driver's error
+		// (which errors.As still reaches); an error aborts the
+		// transaction, which committed nothing.
+		return errors.Join(append([]error{err}, hp...)...)
+	}
 	return err
 }
 

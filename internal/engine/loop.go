@@ -21,7 +21,7 @@ func (c *Call) run(ctx context.Context) error {
 	c.op.BatchSize = len(c.items)
 	c.start = e.cfg.Clock.Now()
 	if e.observed {
-		ctx = e.hooks.OperationStarted(ctx, c.op)
+		ctx = e.hooks.OperationStarted(withPanics(ctx, &c.panics), c.op)
 	}
 	c.ctx = ctx
 
@@ -77,8 +77,12 @@ func (c *Call) pass(ctx context.Context, batch []*item, whole bool, delay time.D
 	}
 	c.offset = 0
 	for k, cmd := range cmds {
-		if k > 0 && (ctx.Err() != nil || c.ordered && !wroteAll(cmds[k-1])) {
-			break // the rest stays pending: the next pass sends it, or gives it up
+		if k > 0 && (c.stopped || ctx.Err() != nil || !allLive(cmd) || c.ordered && !wroteAll(cmds[k-1])) {
+			// The stop rule: once the call is ended (a configuration
+			// failure, the context) or a statement of this command has
+			// its disposition, the command is not sent; the rest stays
+			// pending for the next pass, or was given up.
+			break
 		}
 		res, err := c.attempt(ctx, cmd, delay)
 		if c.attempts == 1 && len(cmds) == 1 && c.next == len(c.items) && (err == nil || errors.Is(err, ErrUnacked)) {
@@ -125,7 +129,11 @@ func (c *Call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 			c.settle(it, policy.Written)
 		}
 	case errors.Is(err, ErrUnacked):
+		// Sent, and the server reported nothing (w: 0): each statement
+		// may be stored (MaybeWritten), nothing more can be proved, and
+		// a re-send could store a copy.
 		for _, it := range batch {
+			it.ev = max(it.ev, maybe)
 			c.settle(it, policy.Unacknowledged)
 		}
 		if !e.cfg.AllowUnacked {

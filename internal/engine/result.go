@@ -35,13 +35,25 @@ func (c *Call) finish(ctx context.Context) error {
 		}
 	}
 	var err error
-	if !ok {
+	if c.takePanics() || !ok {
 		err = e.cfg.Report(Result{c})
 	}
 	if e.observed {
 		c.operationFinished(ctx, err)
+		if c.takePanics() {
+			err = e.cfg.Report(Result{c}) // OperationFinished panicked
+		}
 	}
 	return err
+}
+
+// takePanics moves the hooks' recovered panics into the call's errors
+// and reports whether there were any since the last take: a call whose
+// hook panicked ends with its Report, whatever it wrote.
+func (c *Call) takePanics() bool {
+	hp := c.panics.take()
+	c.extra = append(c.extra, hp...)
+	return len(hp) > 0
 }
 
 // operationFinished reports the end of the call to the hooks.

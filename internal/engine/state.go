@@ -133,10 +133,15 @@ func (c *Call) pending() []*item {
 	return out
 }
 
-// settle gives it its terminal disposition and reports it.
+// settle gives it its terminal disposition and reports it. A statement
+// that was sent is never not_attempted (C68): what its attempts proved
+// decides instead, as GiveUp does (sentNotAttempted).
 func (c *Call) settle(it *item, d policy.Disposition) {
 	if it.state == done {
 		return
+	}
+	if d == policy.NotAttempted && (it.attempts > 0 || it.mayBeApplied()) {
+		d = sentNotAttempted(it)
 	}
 	it.disp = d
 	it.to(done)
@@ -155,6 +160,20 @@ func (c *Call) settle(it *item, d policy.Disposition) {
 		ev.Class, ev.Code, ev.CodeName = it.class, it.fail.Code, it.fail.CodeName
 	}
 	c.e.hooks.Disposition(c.ctx, ev)
+}
+
+// sentNotAttempted is the disposition of a statement that was sent but
+// was to end not_attempted: written_unconfirmed after a write concern
+// error, unknown when an attempt may have applied it, else exhausted
+// (every attempt proved it not applied).
+func sentNotAttempted(it *item) policy.Disposition {
+	switch {
+	case it.ev == unconfirmed:
+		return policy.WrittenUnconfirmed
+	case it.mayBeApplied():
+		return policy.OutcomeUnknown
+	}
+	return policy.Exhausted
 }
 
 // apply carries out one decision for it; actions that need I/O are
@@ -231,6 +250,9 @@ func (c *Call) stopOrdered(ctx context.Context) {
 
 // giveUp ends items that will not be sent again, as policy.GiveUp decides.
 func (c *Call) giveUp(ctx context.Context, its []*item, why StopReason) {
+	if why == StopConfiguration || why == StopContext {
+		c.stopped = true // the call ends: no further command is sent (pass)
+	}
 	if len(its) == 0 {
 		return
 	}

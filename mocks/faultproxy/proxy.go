@@ -739,6 +739,11 @@ func (s *session) forwardAndReply(x *exchange) error {
 	sharded := s.shardedWrite(x)
 	perDoc := len(x.stmts) > 0 && (x.validator != nil || docFault != nil)
 	modify := sharded || perDoc || (x.fired && x.fault.kind == FaultWriteConcernError) || x.fpa.wce != nil
+	// A moreToCome request (an unacknowledged write) goes upstream
+	// re-encoded without the flag, and the reply is read and dropped
+	// (x.noReply): an upstream that answers it anyway (FerretDB) would
+	// otherwise leave that reply to the next command of the connection.
+	modify = modify || x.noReply
 	capped, err := s.p.cappedRead(x.cmd)
 	if err != nil {
 		return err

@@ -170,3 +170,75 @@ func TestNullBackendRejectsUnknownOpcodes(t *testing.T) {
 		t.Fatal("the connection was not closed")
 	}
 }
+
+// TestMoreToComeReplyIsDropped puts the proxy in front of an upstream that
+// answers every request, moreToCome ones included (as FerretDB does): a
+// w:0 insert (OP_MSG flag moreToCome) followed by a normal insert on the
+// same connection gets the second insert's own reply, never the first's.
+func TestMoreToComeReplyIsDropped(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for seq := 1; ; seq++ {
+			req, err := readMessage(c)
+			if err != nil {
+				return
+			}
+			m := &opMsg{body: rawDoc(t, bson.D{{Key: "seq", Value: seq}, {Key: "n", Value: 1}, {Key: "ok", Value: 1.0}})}
+			if _, err := c.Write(m.encode(int32(100+seq), req.requestID)); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		ln.Close()
+		wg.Wait()
+	}()
+	p, err := New(WithUpstream(ln.Addr().String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	insert := func(id int, w int) bson.D {
+		return bson.D{{Key: "insert", Value: "c"}, {Key: "documents", Value: bson.A{bson.D{{Key: "_id", Value: id}}}},
+			{Key: "writeConcern", Value: bson.D{{Key: "w", Value: w}}}, {Key: "$db", Value: "db"}}
+	}
+	unacked := &opMsg{body: rawDoc(t, insert(1, 0)), flags: wiremessage.MoreToCome}
+	if _, err := c.Write(unacked.encode(7, 0)); err != nil {
+		t.Fatal(err)
+	}
+	acked := &opMsg{body: rawDoc(t, insert(2, 1))}
+	if _, err := c.Write(acked.encode(8, 0)); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := readMessage(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := replyBody(reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq := body.Lookup("seq").Int32(); seq != 2 || reply.responseTo != 8 {
+		t.Fatalf("the normal insert got reply seq %d to request %d; want its own (seq 2, request 8)", seq, reply.responseTo)
+	}
+}

@@ -82,6 +82,16 @@
 //     so the e2e bed keeps MongoDB's per-document atomicity.
 //   - Update with an aggregation pipeline fails with TypeMismatch (14); the
 //     $jsonSchema query operator fails with BadValue (2).
+//   - An unacknowledged write (w: 0, sent as an OP_MSG with the moreToCome
+//     flag, which asks for no reply) is answered all the same. The Go
+//     driver does not read that answer and does not check a reply's
+//     responseTo, so a direct client's next command on that connection
+//     reads the w: 0 command's reply instead of its own, and every later
+//     reply there is one command late: a duplicate insert reads as
+//     success (TestUnacknowledgedWriteReply). Write to it directly with
+//     an acknowledged write concern only. Through mocks/faultproxy (the
+//     e2e bed) a moreToCome request goes upstream without the flag and
+//     its reply is dropped, so the connection stays in step.
 //
 // Same as MongoDB, checked by the tests: insert/find, unique and compound
 // unique indexes, InsertMany ordered (stops at the first error) and

@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 	"go.uber.org/goleak"
 
 	"github.com/writeguard/writeguard/cmd/writeguard/embedded"
@@ -1354,5 +1355,36 @@ func TestDataDirTightened(t *testing.T) {
 	checkPrivate(t, dir)
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUnacknowledgedWriteReply pins what a direct client meets after a
+// w:0 write (OP_MSG flag moreToCome): FerretDB answers it all the same,
+// the driver does not read that answer (nor check a reply's responseTo),
+// so the next command on the connection reads the w:0 command's reply
+// instead of its own: a duplicate insert reads as success, and every
+// later reply on that connection is one command late.
+func TestUnacknowledgedWriteReply(t *testing.T) {
+	ctx := context.Background()
+	s := startServer(t)
+	c, err := mongo.Connect(options.Client().ApplyURI(s.URI()).SetMaxPoolSize(1).SetTimeout(30 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	coll := c.Database("test").Collection("w0")
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	w0 := coll.Database().Collection("w0", options.Collection().SetWriteConcern(writeconcern.Unacknowledged()))
+	res, err := w0.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}})
+	if err != nil || res.Acknowledged {
+		t.Fatalf("w:0 InsertOne = %+v, %v; want unacknowledged, no error", res, err)
+	}
+	// _id 0 is stored (acknowledged above): in sync, this is 11000.
+	_, err = coll.InsertOne(ctx, bson.D{{Key: "_id", Value: 0}})
+	if err != nil {
+		t.Logf("the duplicate insert after a w:0 write failed as it should: %v", err)
+		t.Fatal("FerretDB no longer answers a moreToCome request (or the driver checks responseTo): update the package doc")
 	}
 }
