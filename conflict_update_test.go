@@ -3,6 +3,7 @@ package writeguard_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -75,7 +76,10 @@ func TestC71SkipHandlerKeepsUpdateConflicts(t *testing.T) {
 
 // Every update and replace surface (methods and BulkWrite models, upserts
 // included) reaches the handler as an update; an insert does not, and
-// ConflictSkip still skips it.
+// ConflictSkip still skips it. A multi statement (UpdateMany, an
+// UpdateManyModel) never reaches the handler: its write error proves
+// nothing about the documents it changed before the refusal
+// (write_ops_exec.cpp handleError), so it ends unknown with MaybeWritten.
 func TestConflictIsUpdateOnEverySurface(t *testing.T) {
 	by2 := bson.D{{Key: "_id", Value: "u-2"}}
 	byNew := bson.D{{Key: "_id", Value: "u-9"}}
@@ -132,6 +136,13 @@ func TestConflictIsUpdateOnEverySurface(t *testing.T) {
 			var r *writeguard.Report
 			if !errors.As(err, &r) {
 				t.Fatalf("err = %v, want a Report", err)
+			}
+			if strings.HasPrefix(tc.name, "updateMany") {
+				o := r.Outcomes[0]
+				if len(isUpdate) != 0 || o.Disposition != writeguard.OutcomeUnknown || !o.MaybeWritten {
+					t.Fatalf("multi statement: handler saw %v, outcome %s MaybeWritten %v; want no conflict, unknown with MaybeWritten", isUpdate, o.Disposition, o.MaybeWritten)
+				}
+				return
 			}
 			if len(isUpdate) != 1 || isUpdate[0] != tc.update {
 				t.Fatalf("IsUpdate per conflict %v, want [%v]", isUpdate, tc.update)
