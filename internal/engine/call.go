@@ -178,6 +178,7 @@ type Call struct {
 	extra    []error
 	parked   []*item // invalid items waiting for the dead-letter sink
 	window   int     // ordered: documents per attempt (0: all pending)
+	stops    int     // ordered: passes that stopped at a rejected document (window.go)
 	offset   int     // position of the current command's first statement in its pass
 	lim      *Limits // the server's limits, once asked (commands.go)
 	// noUniqueID: _id is not unique where the documents land (asked of

@@ -88,7 +88,7 @@ func (c *Call) pass(ctx context.Context, batch []*item, whole bool, delay time.D
 		c.observe(cmd, err) // bisection reads each command's failure (bisect.go)
 	}
 	if c.ordered {
-		c.window = OrderedWindow(c.window, len(batch), c.stopAt)
+		c.nextWindow(len(batch)) // window.go
 	}
 }
 
