@@ -45,6 +45,7 @@ type config struct {
 	uniqueID          *bool                // declared by WithUniqueID; nil: learned from the target
 	registry          *bson.Registry       // WithRegistry; nil: the default
 	bsonOpts          *options.BSONOptions // WithBSONOptions; nil: none
+	limit             *AdaptiveLimit       // WithAdaptiveLimit; nil: DefaultAdaptiveLimit; Max 0: off (limit.go)
 	errs              []error
 }
 
@@ -341,4 +342,31 @@ func WithIdempotent(ctx context.Context) context.Context {
 func idempotent(ctx context.Context) bool {
 	v, _ := ctx.Value(idempotentKey).(bool)
 	return v
+}
+
+// WithAdaptiveLimit sets the adaptive limit on the driver calls in flight
+// to the collection, shared by the calls of the Guarded (see
+// AdaptiveLimit; the default is DefaultAdaptiveLimit). Values below 1 take
+// the default's; Initial is kept within [Min, Max].
+func WithAdaptiveLimit(l AdaptiveLimit) Option {
+	return optionFunc(func(c *config) {
+		d := DefaultAdaptiveLimit()
+		if l.Max < 1 {
+			l.Max = d.Max
+		}
+		if l.Min < 1 {
+			l.Min = d.Min
+		}
+		if l.Initial < 1 {
+			l.Initial = l.Max
+		}
+		c.limit = &l
+	})
+}
+
+// WithoutAdaptiveLimit turns the adaptive limit off: every call sends
+// when it is ready, whatever the server's overload or failover replies,
+// as before the limit existed.
+func WithoutAdaptiveLimit() Option {
+	return optionFunc(func(c *config) { c.limit = &AdaptiveLimit{} })
 }

@@ -46,6 +46,12 @@ const (
 	// dead-letter flood breaker was open, and so are not handled
 	// (counter, unit "{call}").
 	MetricDeadLetterFlood = "writeguard.dead_letter.flood"
+	// MetricLimit is the adaptive limit of a guarded collection on the
+	// driver calls it has in flight (writeguard.AdaptiveLimit), recorded at
+	// each change: halved under overload, raised by clean calls, 1 while a
+	// failover closes the collection to one probing call (gauge, unit
+	// "{command}").
+	MetricLimit = "writeguard.limit"
 	// MetricDLQEnvelopes is the number of envelopes in a dead-letter
 	// collection by status (gauge, unit "{envelope}"; ObserveDLQ).
 	MetricDLQEnvelopes = "writeguard.dlq.envelopes"
@@ -154,7 +160,7 @@ const (
 // create.
 func Instruments() []string {
 	return []string{MetricCallDuration, MetricCallAttempts, MetricInputAttempts, MetricCallInputs, MetricUnclassified,
-		MetricBudgetExhausted, MetricRetryDelay, MetricDeadLetterFlood}
+		MetricBudgetExhausted, MetricRetryDelay, MetricDeadLetterFlood, MetricLimit}
 }
 
 // BacklogInstruments lists the name of every instrument of the dead-letter

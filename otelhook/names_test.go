@@ -165,6 +165,10 @@ func emitted(t *testing.T) (instruments map[string]bool, spans, events map[strin
 				for _, dp := range d.DataPoints {
 					add(dp.Attributes.ToSlice())
 				}
+			case metricdata.Gauge[int64]:
+				for _, dp := range d.DataPoints {
+					add(dp.Attributes.ToSlice())
+				}
 			default:
 				t.Fatalf("metric %s: unexpected data %T", m.Name, d)
 			}

@@ -55,6 +55,7 @@ func newHooks(c *config) (hooks.Hooks, error) {
 		DeadLetterFinished: h.deadLetterFinished,
 		Disposition:        h.disposition,
 		OperationFinished:  h.operationFinished,
+		LimitChanged:       h.limitChanged,
 		TraceIDs:           traceIDs,
 	}, nil
 }
@@ -82,6 +83,7 @@ type handler struct {
 	budget       metric.Int64Counter
 	retryDelay   metric.Float64Histogram
 	flood        metric.Int64Counter
+	limitGauge   metric.Int64Gauge
 }
 
 // Context keys of the per-call state. They hold the handler, so that two

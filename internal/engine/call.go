@@ -126,6 +126,7 @@ func (e *Engine) Run(ctx context.Context, s Spec) (Result, error) {
 		c.neverResend()
 	}
 	err := c.run(ctx)
+	c.leaveLimit() // limitcall.go
 	return Result{c}, err
 }
 

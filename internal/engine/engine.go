@@ -85,6 +85,9 @@ type Config struct {
 	// as the target collection's (driveropts.Encoder); nil: the default
 	// registry and no options, as bson.Marshal encodes.
 	NewEncoder func(w io.Writer) *bson.Encoder
+	// Limit is the adaptive limit on the driver calls in flight to the
+	// target, shared by the engine's calls (limit.go); nil: none.
+	Limit *Limiter
 }
 
 // Engine runs the guarded calls of one collection. It is safe for

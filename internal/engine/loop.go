@@ -107,7 +107,7 @@ func (c *Call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 		actx = e.hooks.AttemptStarted(ctx, &hooks.AttemptStart{Op: c.op, Attempt: c.attempts, Documents: len(batch), Delay: delay})
 		t0 = e.cfg.Clock.Now()
 	}
-	res, err := c.sendOnce(actx, batch)
+	res, err := c.sendLimited(actx, batch) // limitcall.go: the adaptive limit, then sendOnce
 	var fails []policy.Failure
 	if err != nil && !errors.Is(err, ErrUnacked) {
 		fails = policy.Extract(err)
