@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 )
 
@@ -42,27 +43,32 @@ const (
 //
 // Sub-benchmarks:
 //
-//   - limit=off: today's code, writeguard's defaults: each call waits as
-//     long as the server asks after a throttled failure (the driver has
-//     already retried it twice with backoff inside the attempt) and
-//     nothing lowers the number of calls in flight;
-//   - limit=aimd-outside: the same Guarded, but each call is admitted by
-//     an AIMD concurrency limit kept by the benchmark, outside writeguard
-//     (aimdLimit): a sketch of the adaptive limit, to size what one could
-//     gain; it halves the limit when a call met a 462, the driver's
-//     hidden retries included (seen through the client's command
-//     monitor), and adds one call per window of calls that met none.
+//   - limit=off: writeguard's defaults with WithoutAdaptiveLimit (the code
+//     before the adaptive limit): each call waits as long as the server
+//     asks after a throttled failure (the driver has already retried it
+//     twice with backoff inside the attempt) and nothing lowers the
+//     number of calls in flight;
+//   - limit=on: writeguard's defaults, its adaptive limit on
+//     (writeguard.AdaptiveLimit: AIMD on the driver calls in flight,
+//     halved by a call whose final error is labelled
+//     SystemOverloadedError; the driver's hidden retries are not seen);
+//   - limit=aimd-outside: the limit off, each call admitted by an AIMD
+//     concurrency limit kept by the benchmark, outside writeguard
+//     (aimdLimit, the sketch of phase 1): it halves the limit when a call
+//     met a 462, the driver's hidden retries included (seen through the
+//     client's command monitor), and adds one call per window of calls
+//     that met none.
 //
 // A writer sends a call's Report.Remaining again until every document is
 // stored (writeBatch). Metrics, medians over the iterations (run with
 // -benchtime 5x): goodput-docs/s, cmds/doc, refused/doc (462 replies per
 // document), lost and duplicated (on the server), calls/batch.
 func BenchmarkThrottled(b *testing.B) {
-	for _, limit := range []string{"off", "aimd-outside"} {
+	for _, limit := range []string{"off", "on", "aimd-outside"} {
 		b.Run("limit="+limit, func(b *testing.B) {
 			var m foMetrics
 			for b.Loop() {
-				r := runThrottled(b, limit == "aimd-outside")
+				r := runThrottled(b, limit)
 				m.put("goodput-docs/s", float64(r.distinct)/r.elapsed.Seconds())
 				m.put("cmds/doc", float64(r.inserts)/float64(r.distinct))
 				m.put("refused/doc", float64(r.refused)/float64(r.distinct))
@@ -85,7 +91,7 @@ type thResult struct {
 	limit                      string
 }
 
-func runThrottled(tb testing.TB, limited bool) thResult {
+func runThrottled(tb testing.TB, mode string) thResult {
 	tb.Helper()
 	const name = "throttled"
 	ns := benchDB + "." + name
@@ -113,7 +119,12 @@ func runThrottled(tb testing.TB, limited bool) thResult {
 	}
 	defer closeUpstream(p, c)
 	tr := newFoTrace()
-	g, err := writeguard.Wrap(c.Database(benchDB).Collection(name))
+	lc := &limitCount{}
+	opts := []writeguard.Option{writeguard.WithHooks(hooks.Hooks{LimitChanged: lc.changed})}
+	if mode != "on" {
+		opts = append(opts, writeguard.WithoutAdaptiveLimit())
+	}
+	g, err := writeguard.Wrap(c.Database(benchDB).Collection(name), opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -128,7 +139,7 @@ func runThrottled(tb testing.TB, limited bool) thResult {
 		wg.Go(func() {
 			for k := range thCalls {
 				insert := guardedInsert(g)
-				if limited {
+				if mode == "aimd-outside" {
 					insert = al.wrap(insert)
 				}
 				n, err := writeBatch(ctx, insert, orderLines((w*thCalls+k)*thBatch, thBatch), tr.report)
@@ -141,6 +152,9 @@ func runThrottled(tb testing.TB, limited bool) thResult {
 	}
 	wg.Wait()
 	r := thResult{elapsed: time.Since(t0), calls: int(calls.Load()), reasons: tr.reasons, limit: al.String()}
+	if mode == "on" {
+		r.limit = lc.String()
+	}
 	if e := first.Load(); e != nil {
 		tb.Fatal(*e)
 	}
@@ -148,6 +162,34 @@ func runThrottled(tb testing.TB, limited bool) thResult {
 	r.admitted, r.refused = lim.Counts()
 	r.stored, r.distinct = countStored(tb, name)
 	return r
+}
+
+// limitCount counts the changes of writeguard's adaptive limit
+// (hooks.LimitChanged).
+type limitCount struct {
+	mu                sync.Mutex
+	cuts, raises, low int
+	last              int
+}
+
+func (l *limitCount) changed(_ context.Context, ev *hooks.LimitChange) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ev.Reason == "overload" || ev.Reason == "overload_observed" {
+		l.cuts++
+	} else {
+		l.raises++
+	}
+	if l.low == 0 || ev.Limit < l.low {
+		l.low = ev.Limit
+	}
+	l.last = ev.Limit
+}
+
+func (l *limitCount) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("writeguard's: %d cuts, %d raises, lowest %d, final %d driver calls in flight", l.cuts, l.raises, l.low, l.last)
 }
 
 // aimdLimit is the benchmark's sketch of an adaptive concurrency limit:

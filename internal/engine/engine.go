@@ -16,6 +16,7 @@ import (
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/internal/loglimit"
+	"github.com/writeguard/writeguard/internal/readback"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -97,8 +98,9 @@ type Engine struct {
 	observed bool
 	hooks    hooks.Hooks
 	logLimit *loglimit.Limiter
-	health   atomic.Int64 // attempts of any call that the server executed (bisect.go)
-	encoders *sync.Pool   // of *docEncoder (prepare.go)
+	health   atomic.Int64       // attempts of any call that the server executed (bisect.go)
+	encoders *sync.Pool         // of *docEncoder (prepare.go)
+	reads    readback.Coalescer // the calls' read-backs, gathered while one runs (readback.go)
 }
 
 // New returns the engine of cfg.
