@@ -33,6 +33,10 @@ const (
 	thBatch   = 10
 	thRate    = 40
 	thDocs    = thWriters * thCalls * thBatch
+	// thCost is the refusal cost of the second set of runs: each refused
+	// command takes half a token (faultproxy.RateLimit.RefusalCost), a
+	// server that spends work on what it refuses.
+	thCost = 0.5
 )
 
 // BenchmarkThrottled measures what writers get from a server that keeps
@@ -64,23 +68,29 @@ const (
 // -benchtime 5x): goodput-docs/s, cmds/doc, refused/doc (462 replies per
 // document), lost and duplicated (on the server), calls/batch.
 func BenchmarkThrottled(b *testing.B) {
-	for _, limit := range []string{"off", "on", "aimd-outside"} {
-		b.Run("limit="+limit, func(b *testing.B) {
-			var m foMetrics
-			for b.Loop() {
-				r := runThrottled(b, limit)
-				m.put("goodput-docs/s", float64(r.distinct)/r.elapsed.Seconds())
-				m.put("cmds/doc", float64(r.inserts)/float64(r.distinct))
-				m.put("refused/doc", float64(r.refused)/float64(r.distinct))
-				m.put("lost", float64(thDocs-r.distinct))
-				m.put("duplicated", float64(r.stored-r.distinct))
-				m.put("calls/batch", float64(r.calls)/float64(thWriters*thCalls))
-				b.Logf("%s: %d stored in %.2f s (%.0f docs/s), %d inserts (%d refused, %d admitted), %d calls, unstored in Reports %v; limit: %s",
-					limit, r.distinct, r.elapsed.Seconds(), float64(r.distinct)/r.elapsed.Seconds(), r.inserts, r.refused, r.admitted, r.calls, r.reasons, r.limit)
-			}
-			m.report(b)
-		})
+	for _, cost := range []float64{0, thCost} {
+		for _, limit := range []string{"off", "on", "aimd-outside"} {
+			b.Run(fmt.Sprintf("refusal-cost=%g/limit=%s", cost, limit), func(b *testing.B) { benchThrottled(b, limit, cost) })
+		}
 	}
+}
+
+// benchThrottled runs the workload b.N times in one mode and reports the
+// medians.
+func benchThrottled(b *testing.B, limit string, cost float64) {
+	var m foMetrics
+	for b.Loop() {
+		r := runThrottled(b, limit, cost)
+		m.put("goodput-docs/s", float64(r.distinct)/r.elapsed.Seconds())
+		m.put("cmds/doc", float64(r.inserts)/float64(r.distinct))
+		m.put("refused/doc", float64(r.refused)/float64(r.distinct))
+		m.put("lost", float64(thDocs-r.distinct))
+		m.put("duplicated", float64(r.stored-r.distinct))
+		m.put("calls/batch", float64(r.calls)/float64(thWriters*thCalls))
+		b.Logf("%s: %d stored in %.2f s (%.0f docs/s), %d inserts (%d refused, %d admitted), %d calls, unstored in Reports %v; limit: %s",
+			limit, r.distinct, r.elapsed.Seconds(), float64(r.distinct)/r.elapsed.Seconds(), r.inserts, r.refused, r.admitted, r.calls, r.reasons, r.limit)
+	}
+	m.report(b)
 }
 
 type thResult struct {
@@ -91,14 +101,14 @@ type thResult struct {
 	limit                      string
 }
 
-func runThrottled(tb testing.TB, mode string) thResult {
+func runThrottled(tb testing.TB, mode string, cost float64) thResult {
 	tb.Helper()
 	const name = "throttled"
 	ns := benchDB + "." + name
 	if err := directClient(tb).Database(benchDB).Collection(name).Drop(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
-	lim, err := faultproxy.NewRateLimiter(faultproxy.RateLimit{PerSecond: thRate, Burst: thRate / 4})
+	lim, err := faultproxy.NewRateLimiter(faultproxy.RateLimit{PerSecond: thRate, Burst: thRate / 4, RefusalCost: cost})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -182,15 +183,27 @@ func (c *Call) prefail(it *item, err error) {
 // bson.Marshal does with its own pools; its result would be a second copy
 // of every document).
 type docEncoder struct {
-	enc  *bson.Encoder
-	a    arena
-	make func(io.Writer) *bson.Encoder // the encoder's constructor
-	pool *sync.Pool                    // where it goes back
+	enc   *bson.Encoder
+	a     arena
+	make  func(io.Writer) *bson.Encoder // the encoder's constructor
+	pool  *sync.Pool                    // where it goes back
+	types bool                          // the default registry, no options: idFree holds
 }
 
 // defaultEncoders is the pool of the engines whose Config.NewEncoder is
 // nil: the default registry, no options.
-var defaultEncoders = encoderPool(func(w io.Writer) *bson.Encoder { return bson.NewEncoder(bson.NewDocumentWriter(w)) })
+var defaultEncoders = defaultPool()
+
+func defaultPool() *sync.Pool {
+	p := encoderPool(func(w io.Writer) *bson.Encoder { return bson.NewEncoder(bson.NewDocumentWriter(w)) })
+	mk := p.New
+	p.New = func() any {
+		e := mk().(*docEncoder)
+		e.types = true
+		return e
+	}
+	return p
+}
 
 // encoderPool returns a pool of docEncoders whose encoders mk makes (an
 // encoder's options cannot be unset, so each configuration has its pool).
@@ -243,6 +256,7 @@ func (e *docEncoder) encode(doc any, remaining int) (raw bson.Raw, id bson.RawVa
 		}
 	}()
 	e.a.remaining, e.a.writes = remaining, 0
+	e.a.noID = e.types && idFree(reflect.TypeOf(doc))
 	if err := e.enc.Encode(doc); err != nil {
 		e.reset()
 		return nil, bson.RawValue{}, false, err
@@ -270,7 +284,15 @@ type arena struct {
 	id       bson.RawValue
 	assigned bool
 	writes   int
+	noID     bool      // the document's type cannot write an _id (idFree): no lookup
+	now      time.Time // the timestamp of the new ObjectIDs (stampEvery per clock read, a chunk at most)
+	stamped  int       // new ObjectIDs with now
 }
+
+// stampEvery bounds the new ObjectIDs that share one clock read: the
+// driver's 24-bit counter keeps them unique within a second, and a
+// timestamp is never kept long enough for the counter to come round.
+const stampEvery = 1024
 
 // maxChunk bounds an arena chunk (1 MiB): a very large call's arena grows
 // in steps, and a wrong estimate (a first document much larger than the
@@ -281,8 +303,11 @@ const maxChunk = 1 << 20
 // the arena, with a new ObjectID _id first when p has none.
 func (a *arena) Write(p []byte) (int, error) {
 	a.writes++
-	_, err := bson.Raw(p).LookupErr("_id")
-	a.assigned = err != nil
+	a.assigned = a.noID
+	if !a.noID {
+		_, err := bson.Raw(p).LookupErr("_id")
+		a.assigned = err != nil
+	}
 	need := len(p)
 	if a.assigned {
 		need += idElementSize
@@ -294,10 +319,15 @@ func (a *arena) Write(p []byte) (int, error) {
 		}
 		size := min(max(mean, mean*a.remaining), maxChunk)
 		a.chunk = make([]byte, 0, max(size, need))
+		a.now = time.Time{} // a new chunk reads the clock again
 	}
 	start := len(a.chunk)
 	if a.assigned {
-		a.chunk = appendWithID(a.chunk, p, bson.NewObjectID())
+		if a.now.IsZero() || a.stamped >= stampEvery {
+			a.now, a.stamped = time.Now(), 0
+		}
+		a.stamped++
+		a.chunk = appendWithID(a.chunk, p, bson.NewObjectIDFromTimestamp(a.now))
 	} else {
 		a.chunk = append(a.chunk, p...)
 	}
