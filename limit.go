@@ -19,11 +19,13 @@ import (
 //     the last cut do not cut again); each driver call that met no overload,
 //     sent while every slot was taken, raises it by 1/limit: one per window
 //     of clean calls, up to Max. A limit that is not reached does not grow.
-//   - Failover, a gate: a reply of the NotPrimaryError or ShutdownError
+//   - Failover, a gate: replies of the NotPrimaryError or ShutdownError
 //     category (10107, 13435, 10058, 11600, 11602, 13436, 189, 91: the
 //     driver's notPrimaryCodes and nodeIsRecoveringCodes, driver v2.10.0
-//     x/mongo/driver/errors.go 45–46) closes the collection to one probing
-//     call, which retries with its own backoff; the others wait, sending
+//     x/mongo/driver/errors.go 45–46) to two calls, with no reply from a
+//     primary in between (one alone closes nothing), close the collection
+//     to one probing call, the first of them, which retries with its own
+//     backoff; the others wait, sending
 //     nothing, until a reply from a primary reopens it (or the probe's call
 //     ends and the next waiter probes). A call waits at most until its
 //     context ends (its attempt then fails with the context's error,

@@ -34,9 +34,9 @@ const (
 	thRate    = 40
 	thDocs    = thWriters * thCalls * thBatch
 	// thCost is the refusal cost of the second set of runs: each refused
-	// command takes half a token (faultproxy.RateLimit.RefusalCost), a
+	// command takes a quarter of a token (faultproxy.RateLimit.RefusalCost), a
 	// server that spends work on what it refuses.
-	thCost = 0.5
+	thCost = 0.25
 )
 
 // BenchmarkThrottled measures what writers get from a server that keeps

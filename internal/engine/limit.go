@@ -21,17 +21,19 @@ import (
 //     slot taken raises it by 1/limit, so by one per window of clean
 //     commands, up to its maximum (a limit that is not reached does not
 //     grow). A caller over the limit waits for a slot.
-//   - Failover (a gate): a reply of the NotPrimaryError or ShutdownError
+//   - Failover (a gate): replies of the NotPrimaryError or ShutdownError
 //     category (NotWritablePrimary 10107, NotPrimaryNoSecondaryOk 13435,
 //     LegacyNotPrimary 10058, InterruptedAtShutdown 11600,
 //     InterruptedDueToReplStateChange 11602, NotPrimaryOrSecondary 13436,
 //     PrimarySteppedDown 189, ShutdownInProgress 91: the driver's
 //     notPrimaryCodes and nodeIsRecoveringCodes, x/mongo/driver/errors.go
-//     45–46, from the SDAM spec's error handling) closes the target to one
-//     call, the probe, which keeps sending with its own backoff; the other
-//     calls wait until a reply from a primary (any reply the server
-//     answered but those) reopens it, or the probe's call ends and the next
-//     waiter probes. The limit itself is unchanged.
+//     45–46, from the SDAM spec's error handling) to two calls, with no
+//     reply from a primary in between (one alone closes nothing), close the
+//     target to one call, the probe (the first of them), which keeps
+//     sending with its own backoff; the other calls wait until a reply from
+//     a primary (any reply the server answered but those) reopens it, or
+//     the probe's call ends and the next waiter probes. The limit itself
+//     is unchanged.
 //
 // A waiting call waits at most until its context ends (its attempt then
 // fails with the context's error, before anything is sent, as the
@@ -45,8 +47,9 @@ type Limiter struct {
 	inFlight int
 	seq      uint64 // admissions so far
 	cutAt    uint64 // seq at the last decrease
-	down     bool   // a NotPrimary-category reply: only the probe sends
+	down     bool   // NotPrimary-category replies to two calls: only the probe sends
 	probe    *Call  // the call that probes while down; nil: the next admitted
+	npFrom   *Call  // the call of the first NotPrimary reply since the last reply from a primary
 	changed  func(ctx context.Context, ch LimitChange)
 }
 
@@ -151,19 +154,16 @@ func (l *Limiter) release(ctx context.Context, c *Call, seq uint64, s signal) {
 	reason := ""
 	switch s {
 	case signalNotPrimary:
-		if !l.down {
-			l.down, reason = true, "not_primary"
-		}
-		if l.probe == nil {
-			l.probe = c
-		}
+		l.notPrimary(c, &reason)
 	case signalOverload:
+		l.npFrom = nil
 		l.reopen()
 		if seq > l.cutAt {
 			l.cut(l.inFlight + 1)
 			reason = "overload"
 		}
 	case signalClean:
+		l.npFrom = nil
 		if l.reopen() {
 			reason = "primary"
 		}
@@ -184,6 +184,28 @@ func (l *Limiter) release(ctx context.Context, c *Call, seq uint64, s signal) {
 func (l *Limiter) cut(inFlight int) {
 	l.limit = max(l.min, min(l.limit, float64(max(inFlight, 1)))/2)
 	l.cutAt = l.seq
+}
+
+// notPrimary records a NotPrimary-category reply to c: the second call
+// to get one, with no reply from a primary in between, closes the target;
+// the first of them probes. One such reply alone (a stray stepdown reply,
+// a node that answered from a stale view) closes nothing. Called with
+// l.mu held.
+func (l *Limiter) notPrimary(c *Call, reason *string) {
+	switch {
+	case l.down:
+	case l.npFrom == nil || l.npFrom == c:
+		l.npFrom = c
+		return
+	default:
+		l.down, *reason = true, "not_primary"
+	}
+	if l.probe == nil {
+		l.probe = c
+		if l.npFrom != nil {
+			l.probe = l.npFrom
+		}
+	}
 }
 
 // reopen ends a failover's gate; it reports whether the target was closed.
@@ -212,6 +234,9 @@ func (l *Limiter) notify(ctx context.Context, before int, reason string) {
 // closed: the next waiter probes.
 func (l *Limiter) leave(c *Call) {
 	l.mu.Lock()
+	if l.npFrom == c {
+		l.npFrom = nil
+	}
 	if l.probe != c {
 		l.mu.Unlock()
 		return

@@ -167,9 +167,11 @@ func TestLimiterOverdueAdmits(t *testing.T) {
 	}
 }
 
-// A NotPrimary reply closes the target to one probing call: the others
-// are not admitted while it probes, its own next attempt is; a reply from
-// a primary reopens it; a probe whose call ends hands the role over.
+// NotPrimary replies to two calls close the target to one probing call
+// (the first of them): the others are not admitted while it probes, its
+// own next attempt is; a reply from a primary reopens it; a probe whose
+// call ends hands the role over. A reply from a primary between two
+// NotPrimary replies keeps it open.
 func TestLimiterFailoverGate(t *testing.T) {
 	rec := &limitRec{}
 	l := NewLimiter(10, 1, 10, rec.changed)
@@ -177,6 +179,9 @@ func TestLimiterFailoverGate(t *testing.T) {
 	s := mustAcquire(t, l, probe)
 	s2 := mustAcquire(t, l, other)
 	l.release(bg, probe, s, signalNotPrimary)
+	if lim, _ := l.Limit(); lim != 10 {
+		t.Fatalf("limit %d after one call's NotPrimary reply, want 10 (one alone closes nothing)", lim)
+	}
 	l.release(bg, other, s2, signalNotPrimary)
 	if lim, _ := l.Limit(); lim != 1 {
 		t.Fatalf("limit %d while closed, want 1", lim)
@@ -254,5 +259,19 @@ func TestSignalOf(t *testing.T) {
 	}
 	if got := signalOf(nil, nil, classify); got != signalClean {
 		t.Errorf("success: signal %d, want clean", got)
+	}
+}
+
+// A NotPrimary reply, then a reply from a primary, then another call's
+// NotPrimary reply: not two in a row, the target stays open.
+func TestLimiterStrayNotPrimary(t *testing.T) {
+	l := NewLimiter(10, 1, 10, nil)
+	a, b, c := &Call{}, &Call{}, &Call{}
+	sa, sb, sc := mustAcquire(t, l, a), mustAcquire(t, l, b), mustAcquire(t, l, c)
+	l.release(bg, a, sa, signalNotPrimary)
+	l.release(bg, b, sb, signalClean)
+	l.release(bg, c, sc, signalNotPrimary)
+	if lim, _ := l.Limit(); lim != 10 {
+		t.Fatalf("limit %d, want 10: a reply from a primary came between the NotPrimary replies", lim)
 	}
 }

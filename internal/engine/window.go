@@ -14,7 +14,16 @@ const OrderedWindowFrom = 3
 // nextWindow sets the window of an ordered call's next pass after a pass
 // of sent documents that stopped at c.stopAt (-1: it did not stop at a
 // document), counting the stops (c.stops).
+//
+// While a bisection narrows down a poison document (bisect.go) the window
+// is left as it is and the pass's stop is not counted: the bisection's
+// halves already bound what each pass sends, and a window opened in the
+// middle of it would cut its halves and end it (narrow), sending the
+// poison document again with valid ones.
 func (c *Call) nextWindow(sent int) {
+	if c.ext.bis.active {
+		return
+	}
 	if c.stopAt >= 0 {
 		c.stops++
 	}
