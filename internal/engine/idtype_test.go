@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+	"io"
 	"reflect"
 	"testing"
 
@@ -82,5 +84,31 @@ func TestArenaIDFreeSkipsLookup(t *testing.T) {
 	raw, id, assigned, err = e.encode(idTagged{ID: "mine", Qty: 1}, 1)
 	if err != nil || assigned || id.StringValue() != "mine" || raw.Lookup("_id").StringValue() != "mine" {
 		t.Fatalf("struct with _id: %v %v %v %v", raw, id, assigned, err)
+	}
+}
+
+// A call whose documents are all the caller's own bytes fetches no pooled
+// encoder; one with a struct does.
+func TestNoEncoderForBytes(t *testing.T) {
+	made := 0
+	e := New(Config{NewEncoder: func(w io.Writer) *bson.Encoder {
+		made++
+		return bson.NewEncoder(bson.NewDocumentWriter(w))
+	}})
+	raw, err := bson.Marshal(bson.D{{Key: "_id", Value: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.newCall("insertMany", true, 2)
+	c.takeDocs([]any{bson.Raw(raw), raw})
+	c.prepareNext(context.Background(), true)
+	if made != 0 || c.items[0].doc == nil || c.items[1].doc == nil {
+		t.Fatalf("bytes only: %d encoders made, documents %v %v; want none made and both prepared", made, c.items[0].doc, c.items[1].doc)
+	}
+	c = e.newCall("insertMany", true, 2)
+	c.takeDocs([]any{bson.Raw(raw), idFreeLine{Qty: 1}})
+	c.prepareNext(context.Background(), true)
+	if made != 1 || c.items[1].doc == nil {
+		t.Fatalf("with a struct: %d encoders made, want 1", made)
 	}
 }

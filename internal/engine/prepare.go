@@ -66,9 +66,6 @@ func (c *Call) prepareNext(ctx context.Context, all bool) {
 		lim = c.limits(ctx)
 	}
 	budget := lim.MaxMessageSizeBytes - CommandMargin
-	if c.enc == nil {
-		c.enc = c.e.newDocEncoder()
-	}
 	n, size := 0, 0
 	for i := c.next - 1; i >= 0 && c.items[i].attempts == 0; i-- {
 		if c.items[i].state == pending { // prepared ahead by the last pass, not sent
@@ -76,18 +73,33 @@ func (c *Call) prepareNext(ctx context.Context, all bool) {
 		}
 	}
 	for c.next < len(c.items) && (all || n == 0 || n < lim.MaxWriteBatchSize && size <= budget) {
-		it := c.items[c.next]
-		c.prepareDoc(c.enc, it, c.inputs[c.next], len(c.items)-c.next)
+		it, doc := c.items[c.next], c.inputs[c.next]
+		if c.enc == nil && needsEncoder(doc) {
+			c.enc = c.e.newDocEncoder() // not for a call of bytes only
+		}
+		c.prepareDoc(c.enc, it, doc, len(c.items)-c.next)
 		c.inputs[c.next] = nil // the caller's value is no longer needed here
 		c.next++
 		n, size = n+1, size+len(it.doc)
 	}
 	if c.next == len(c.items) {
-		c.enc.release()
+		if c.enc != nil {
+			c.enc.release()
+		}
 		c.enc, c.inputs = nil, nil
 	} else {
 		c.spread = true
 	}
+}
+
+// needsEncoder reports whether prepareDoc encodes doc (not nil, not the
+// caller's own bytes).
+func needsEncoder(doc any) bool {
+	switch doc.(type) {
+	case nil, bson.Raw, []byte:
+		return false
+	}
+	return true
 }
 
 // prepareDocs prepares the documents of the insert models of a bulk write
