@@ -41,7 +41,8 @@ import (
 // zero Limiter is not usable: NewLimiter.
 type Limiter struct {
 	mu       sync.Mutex
-	wake     chan struct{} // closed and replaced on each change that may admit a waiter
+	wake     chan struct{} // closed and replaced on each change that may admit a waiter, when one waits
+	waiting  int           // callers waiting on wake
 	limit    float64
 	min, max float64
 	inFlight int
@@ -121,16 +122,24 @@ func (l *Limiter) acquire(ctx context.Context, c *Call, clock Clock, until time.
 			return s, nil
 		}
 		wake := l.wake
+		l.waiting++
 		l.mu.Unlock()
 		if late == nil && !until.IsZero() {
 			late = clock.After(max(until.Sub(clock.Now()), 0))
 		}
+		var err error
 		select {
 		case <-wake:
 		case <-late:
 			overdue = true
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			err = ctx.Err()
+		}
+		l.mu.Lock()
+		l.waiting--
+		l.mu.Unlock()
+		if err != nil {
+			return 0, err
 		}
 	}
 }
@@ -221,8 +230,10 @@ func (l *Limiter) reopen() bool {
 // notify wakes the waiters and, when the effective limit changed or the
 // gate moved, tells changed. It releases l.mu.
 func (l *Limiter) notify(ctx context.Context, before int, reason string) {
-	close(l.wake)
-	l.wake = make(chan struct{})
+	if l.waiting > 0 {
+		close(l.wake)
+		l.wake = make(chan struct{})
+	}
 	after, inFlight := l.effective(), l.inFlight
 	l.mu.Unlock()
 	if l.changed != nil && reason != "" && (after != before || reason == "primary" || reason == "not_primary") {
