@@ -164,11 +164,12 @@ func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 		return nil, err
 	}
 	g := &Guarded{target: t, classifier: cfg.classifier(), database: db, collection: t.Name()}
+	h := hooks.Compose(cfg.hooks...)
 	g.eng = engine.New(engine.Config{
 		Namespace: g.Namespace(), Database: db, Collection: g.collection,
 		Classifier: g.classifier, Backoff: cfg.backoff, Budget: cfg.budget,
 		Sink: cfg.sink, Fallback: cfg.fallback, DeadLetterGrace: cfg.deadLetterGrace, Resolve: g.resolver(cfg.conflict),
-		Hooks: hooks.Compose(cfg.hooks...), Observed: len(cfg.hooks) > 0,
+		Hooks: h, Observed: len(cfg.hooks) > 0,
 		Logger: cfg.logger, Clock: cfg.clock,
 		ThrottledAttempts: cfg.throttledAttempts, UpsertRetries: cfg.upsertRetries,
 		AllowUnacked: cfg.allowUnacked, Reader: readback.PrimaryReads(t), Report: reportFor(cfg.uniqueID),
@@ -176,7 +177,8 @@ func newGuarded(t Target, db string, opts []Option) (*Guarded, error) {
 		Deployment: engine.DeploymentOf(t), NoDriverRetries: cfg.noDriverRetries, VerdictCodes: cfg.verdictCodes, // proofs (issue 28)
 		Settled:    cfg.breaker.settled(g.Namespace(), cfg.logger, cfg.clock), // breaker.go
 		NewEncoder: driveropts.Encoder(cfg.registry, cfg.bsonOpts),
-		Panicked:   newPanicError, // panic.go
+		Panicked:   newPanicError,                    // panic.go
+		Limit:      cfg.limiter(db, g.collection, h), // limit.go
 	})
 	return g, nil
 }

@@ -51,6 +51,7 @@ type config struct {
 	bsonOpts          *options.BSONOptions // WithBSONOptions; nil: none
 	noDriverRetries   bool                 // WithDriverRetryWrites(false)
 	verdictCodes      []int32              // WithVerdictCodes
+	limit             *AdaptiveLimit       // WithAdaptiveLimit; nil: DefaultAdaptiveLimit; Max 0: off (limit.go)
 	errs              []error
 }
 
@@ -429,4 +430,31 @@ func WithVerdictCodes(codes ...int) Option {
 			c.verdictCodes = append(c.verdictCodes, int32(code))
 		}
 	})
+}
+
+// WithAdaptiveLimit sets the adaptive limit on the driver calls in flight
+// to the collection, shared by the calls of the Guarded (see
+// AdaptiveLimit; the default is DefaultAdaptiveLimit). Values below 1 take
+// the default's; Initial is kept within [Min, Max].
+func WithAdaptiveLimit(l AdaptiveLimit) Option {
+	return optionFunc(func(c *config) {
+		d := DefaultAdaptiveLimit()
+		if l.Max < 1 {
+			l.Max = d.Max
+		}
+		if l.Min < 1 {
+			l.Min = d.Min
+		}
+		if l.Initial < 1 {
+			l.Initial = l.Max
+		}
+		c.limit = &l
+	})
+}
+
+// WithoutAdaptiveLimit turns the adaptive limit off: every call sends
+// when it is ready, whatever the server's overload or failover replies,
+// as before the limit existed.
+func WithoutAdaptiveLimit() Option {
+	return optionFunc(func(c *config) { c.limit = &AdaptiveLimit{} })
 }

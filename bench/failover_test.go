@@ -471,6 +471,9 @@ func BenchmarkFailover(b *testing.B) {
 		opts []writeguard.Option
 	}{
 		{"budget=default", nil},
+		// Before the adaptive limit and its failover gate (issue 32,
+		// part 2): every call retries on its own.
+		{"budget=default,limit=off", []writeguard.Option{writeguard.WithoutAdaptiveLimit()}},
 		{"budget=none", []writeguard.Option{writeguard.WithBudget(nil)}},
 		// Riding the outage out with parameters alone: no budget, and
 		// enough attempts that a call never gives up within an outage of

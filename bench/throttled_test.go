@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 )
 
@@ -32,6 +33,10 @@ const (
 	thBatch   = 10
 	thRate    = 40
 	thDocs    = thWriters * thCalls * thBatch
+	// thCost is the refusal cost of the second set of runs: each refused
+	// command takes a quarter of a token (faultproxy.RateLimit.RefusalCost), a
+	// server that spends work on what it refuses.
+	thCost = 0.25
 )
 
 // BenchmarkThrottled measures what writers get from a server that keeps
@@ -42,39 +47,50 @@ const (
 //
 // Sub-benchmarks:
 //
-//   - limit=off: today's code, writeguard's defaults: each call waits as
-//     long as the server asks after a throttled failure (the driver has
-//     already retried it twice with backoff inside the attempt) and
-//     nothing lowers the number of calls in flight;
-//   - limit=aimd-outside: the same Guarded, but each call is admitted by
-//     an AIMD concurrency limit kept by the benchmark, outside writeguard
-//     (aimdLimit): a sketch of the adaptive limit, to size what one could
-//     gain; it halves the limit when a call met a 462, the driver's
-//     hidden retries included (seen through the client's command
-//     monitor), and adds one call per window of calls that met none.
+//   - limit=off: writeguard's defaults with WithoutAdaptiveLimit (the code
+//     before the adaptive limit): each call waits as long as the server
+//     asks after a throttled failure (the driver has already retried it
+//     twice with backoff inside the attempt) and nothing lowers the
+//     number of calls in flight;
+//   - limit=on: writeguard's defaults, its adaptive limit on
+//     (writeguard.AdaptiveLimit: AIMD on the driver calls in flight,
+//     halved by a call whose final error is labelled
+//     SystemOverloadedError; the driver's hidden retries are not seen);
+//   - limit=aimd-outside: the limit off, each call admitted by an AIMD
+//     concurrency limit kept by the benchmark, outside writeguard
+//     (aimdLimit, the sketch of phase 1): it halves the limit when a call
+//     met a 462, the driver's hidden retries included (seen through the
+//     client's command monitor), and adds one call per window of calls
+//     that met none.
 //
 // A writer sends a call's Report.Remaining again until every document is
 // stored (writeBatch). Metrics, medians over the iterations (run with
 // -benchtime 5x): goodput-docs/s, cmds/doc, refused/doc (462 replies per
 // document), lost and duplicated (on the server), calls/batch.
 func BenchmarkThrottled(b *testing.B) {
-	for _, limit := range []string{"off", "aimd-outside"} {
-		b.Run("limit="+limit, func(b *testing.B) {
-			var m foMetrics
-			for b.Loop() {
-				r := runThrottled(b, limit == "aimd-outside")
-				m.put("goodput-docs/s", float64(r.distinct)/r.elapsed.Seconds())
-				m.put("cmds/doc", float64(r.inserts)/float64(r.distinct))
-				m.put("refused/doc", float64(r.refused)/float64(r.distinct))
-				m.put("lost", float64(thDocs-r.distinct))
-				m.put("duplicated", float64(r.stored-r.distinct))
-				m.put("calls/batch", float64(r.calls)/float64(thWriters*thCalls))
-				b.Logf("%s: %d stored in %.2f s (%.0f docs/s), %d inserts (%d refused, %d admitted), %d calls, unstored in Reports %v; limit: %s",
-					limit, r.distinct, r.elapsed.Seconds(), float64(r.distinct)/r.elapsed.Seconds(), r.inserts, r.refused, r.admitted, r.calls, r.reasons, r.limit)
-			}
-			m.report(b)
-		})
+	for _, cost := range []float64{0, thCost} {
+		for _, limit := range []string{"off", "on", "aimd-outside"} {
+			b.Run(fmt.Sprintf("refusal-cost=%g/limit=%s", cost, limit), func(b *testing.B) { benchThrottled(b, limit, cost) })
+		}
 	}
+}
+
+// benchThrottled runs the workload b.N times in one mode and reports the
+// medians.
+func benchThrottled(b *testing.B, limit string, cost float64) {
+	var m foMetrics
+	for b.Loop() {
+		r := runThrottled(b, limit, cost)
+		m.put("goodput-docs/s", float64(r.distinct)/r.elapsed.Seconds())
+		m.put("cmds/doc", float64(r.inserts)/float64(r.distinct))
+		m.put("refused/doc", float64(r.refused)/float64(r.distinct))
+		m.put("lost", float64(thDocs-r.distinct))
+		m.put("duplicated", float64(r.stored-r.distinct))
+		m.put("calls/batch", float64(r.calls)/float64(thWriters*thCalls))
+		b.Logf("%s: %d stored in %.2f s (%.0f docs/s), %d inserts (%d refused, %d admitted), %d calls, unstored in Reports %v; limit: %s",
+			limit, r.distinct, r.elapsed.Seconds(), float64(r.distinct)/r.elapsed.Seconds(), r.inserts, r.refused, r.admitted, r.calls, r.reasons, r.limit)
+	}
+	m.report(b)
 }
 
 type thResult struct {
@@ -85,14 +101,14 @@ type thResult struct {
 	limit                      string
 }
 
-func runThrottled(tb testing.TB, limited bool) thResult {
+func runThrottled(tb testing.TB, mode string, cost float64) thResult {
 	tb.Helper()
 	const name = "throttled"
 	ns := benchDB + "." + name
 	if err := directClient(tb).Database(benchDB).Collection(name).Drop(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
-	lim, err := faultproxy.NewRateLimiter(faultproxy.RateLimit{PerSecond: thRate, Burst: thRate / 4})
+	lim, err := faultproxy.NewRateLimiter(faultproxy.RateLimit{PerSecond: thRate, Burst: thRate / 4, RefusalCost: cost})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -113,7 +129,12 @@ func runThrottled(tb testing.TB, limited bool) thResult {
 	}
 	defer closeUpstream(p, c)
 	tr := newFoTrace()
-	g, err := writeguard.Wrap(c.Database(benchDB).Collection(name))
+	lc := &limitCount{}
+	opts := []writeguard.Option{writeguard.WithHooks(hooks.Hooks{LimitChanged: lc.changed})}
+	if mode != "on" {
+		opts = append(opts, writeguard.WithoutAdaptiveLimit())
+	}
+	g, err := writeguard.Wrap(c.Database(benchDB).Collection(name), opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -128,7 +149,7 @@ func runThrottled(tb testing.TB, limited bool) thResult {
 		wg.Go(func() {
 			for k := range thCalls {
 				insert := guardedInsert(g)
-				if limited {
+				if mode == "aimd-outside" {
 					insert = al.wrap(insert)
 				}
 				n, err := writeBatch(ctx, insert, orderLines((w*thCalls+k)*thBatch, thBatch), tr.report)
@@ -141,6 +162,9 @@ func runThrottled(tb testing.TB, limited bool) thResult {
 	}
 	wg.Wait()
 	r := thResult{elapsed: time.Since(t0), calls: int(calls.Load()), reasons: tr.reasons, limit: al.String()}
+	if mode == "on" {
+		r.limit = lc.String()
+	}
 	if e := first.Load(); e != nil {
 		tb.Fatal(*e)
 	}
@@ -148,6 +172,34 @@ func runThrottled(tb testing.TB, limited bool) thResult {
 	r.admitted, r.refused = lim.Counts()
 	r.stored, r.distinct = countStored(tb, name)
 	return r
+}
+
+// limitCount counts the changes of writeguard's adaptive limit
+// (hooks.LimitChanged).
+type limitCount struct {
+	mu                sync.Mutex
+	cuts, raises, low int
+	last              int
+}
+
+func (l *limitCount) changed(_ context.Context, ev *hooks.LimitChange) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ev.Reason == "overload" || ev.Reason == "overload_observed" {
+		l.cuts++
+	} else {
+		l.raises++
+	}
+	if l.low == 0 || ev.Limit < l.low {
+		l.low = ev.Limit
+	}
+	l.last = ev.Limit
+}
+
+func (l *limitCount) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("writeguard's: %d cuts, %d raises, lowest %d, final %d driver calls in flight", l.cuts, l.raises, l.low, l.last)
 }
 
 // aimdLimit is the benchmark's sketch of an adaptive concurrency limit:

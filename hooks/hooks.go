@@ -209,6 +209,25 @@ type BudgetExhausted struct {
 	Code int32
 }
 
+// LimitChange is sent when the adaptive limit of a Guarded on the driver
+// calls in flight to its collection changes (writeguard.WithAdaptiveLimit).
+type LimitChange struct {
+	// Database and Collection name the target the limit is for.
+	Database, Collection string
+	// Limit is the limit after the change, in driver calls in flight (1
+	// while a failover closes the target to one probing call).
+	Limit int
+	// InFlight is the number of driver calls in flight at the change.
+	InFlight int
+	// Reason is "overload" (halved: a reply labelled SystemOverloadedError
+	// or a throttled failure), "overload_observed" (halved on evidence of a
+	// wire command monitor), "clean" (raised by clean commands),
+	// "not_primary" (a NotPrimary or Shutdown category reply closed the
+	// target to one probe) or "primary" (a reply from a primary reopened
+	// it).
+	Reason string
+}
+
 // DeadLetterStart is sent before each dead-letter hand-off to a sink.
 type DeadLetterStart struct {
 	// Op is the call whose documents are dead-lettered.
@@ -328,6 +347,9 @@ type Hooks struct {
 	// OperationFinished runs when the call returns, always, even after
 	// the context was cancelled.
 	OperationFinished func(ctx context.Context, ev *OperationEnd)
+	// LimitChanged runs when the adaptive limit changes, with the context
+	// of the call whose reply changed it.
+	LimitChanged func(ctx context.Context, ev *LimitChange)
 	// TraceIDs returns the trace and span ids (lower-case hex, 32 and 16
 	// digits) of the trace ctx belongs to, or two empty strings. writeguard
 	// calls it with the call's context when it dead-letters documents, and
@@ -353,6 +375,7 @@ func Compose(hs ...Hooks) Hooks {
 		DeadLetterFinished: each(hs, func(h Hooks) func(context.Context, *DeadLetterEnd) { return h.DeadLetterFinished }),
 		Disposition:        each(hs, func(h Hooks) func(context.Context, *Disposition) { return h.Disposition }),
 		OperationFinished:  each(hs, func(h Hooks) func(context.Context, *OperationEnd) { return h.OperationFinished }),
+		LimitChanged:       each(hs, func(h Hooks) func(context.Context, *LimitChange) { return h.LimitChanged }),
 		TraceIDs: func(ctx context.Context) (string, string) {
 			for _, h := range hs {
 				if h.TraceIDs != nil {

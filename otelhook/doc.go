@@ -253,6 +253,12 @@
 //     driver sent for guarded attempts as writeguard.Monitor saw them
 //     (hooks.AttemptEnd.WireCommands: the driver's own retries included;
 //     0 without the monitor on the client).
+//   - writeguard.limit (gauge, {command}): the adaptive limit on the
+//     driver calls a guarded collection has in flight
+//     (writeguard.AdaptiveLimit), with db.system.name, db.namespace and
+//     db.collection.name, recorded at each change: halved under overload,
+//     raised by clean calls, 1 while a failover closes the collection to
+//     one probing call.
 //
 // The backlog (ObserveDLQ, one poller per dead-letter collection, and
 // ReplayRecorder), with db.system.name, db.namespace and
@@ -289,7 +295,7 @@
 // writeguard_retry_delay_seconds,
 // writeguard_unclassified_total, writeguard_budget_exhausted_total,
 // writeguard_dead_letter_flood_total, writeguard_wire_commands_total,
-// writeguard_dlq_envelopes,
+// writeguard_limit, writeguard_dlq_envelopes,
 // writeguard_dlq_failing_keywords, writeguard_dlq_oldest_pending_age_seconds,
 // writeguard_replay_envelopes_total and writeguard_replay_inputs_total
 // (dots to underscores, _total on counters, _seconds for unit s, nothing

@@ -91,6 +91,10 @@ func (h *handler) instruments(m metric.Meter) error {
 	h.wire, e = m.Int64Counter(MetricWireCommands,
 		metric.WithDescription("Commands the driver sent for guarded attempts, as writeguard's command monitor saw them (the driver's own retries included)."),
 		metric.WithUnit("{command}"))
+	err = errors.Join(err, e)
+	h.limitGauge, e = m.Int64Gauge(MetricLimit,
+		metric.WithDescription("Adaptive limit on the driver calls a guarded collection has in flight, at each change (1 while a failover closes it to one probing call)."),
+		metric.WithUnit("{command}"))
 	return errors.Join(err, e)
 }
 
@@ -101,6 +105,7 @@ func (h *handler) replayInstruments(m metric.Meter) error {
 	h.duration, h.retryDelay = noop.Float64Histogram{}, noop.Float64Histogram{}
 	h.attempts, h.inputTries = noop.Int64Histogram{}, noop.Int64Histogram{}
 	h.unclassified, h.budget, h.flood, h.wire = noop.Int64Counter{}, noop.Int64Counter{}, noop.Int64Counter{}, noop.Int64Counter{}
+	h.limitGauge = noop.Int64Gauge{}
 	var err error
 	h.inputs, err = m.Int64Counter(MetricReplayInputs,
 		metric.WithDescription("Input documents or write models of a replay's guarded writes, by terminal disposition."),

@@ -53,6 +53,13 @@ const (
 	// (counter, unit "{command}"). Compare it with the attempts of
 	// MetricCallAttempts to see the driver's own retries.
 	MetricWireCommands = "writeguard.wire.commands"
+
+	// MetricLimit is the adaptive limit of a guarded collection on the
+	// driver calls it has in flight (writeguard.AdaptiveLimit), recorded at
+	// each change: halved under overload, raised by clean calls, 1 while a
+	// failover closes the collection to one probing call (gauge, unit
+	// "{command}").
+	MetricLimit = "writeguard.limit"
 	// MetricDLQEnvelopes is the number of envelopes in a dead-letter
 	// collection by status (gauge, unit "{envelope}"; ObserveDLQ).
 	MetricDLQEnvelopes = "writeguard.dlq.envelopes"
@@ -161,7 +168,7 @@ const (
 // create.
 func Instruments() []string {
 	return []string{MetricCallDuration, MetricCallAttempts, MetricInputAttempts, MetricCallInputs, MetricUnclassified,
-		MetricBudgetExhausted, MetricRetryDelay, MetricDeadLetterFlood, MetricWireCommands}
+		MetricBudgetExhausted, MetricRetryDelay, MetricDeadLetterFlood, MetricWireCommands, MetricLimit}
 }
 
 // BacklogInstruments lists the name of every instrument of the dead-letter

@@ -125,6 +125,11 @@ func emitted(t *testing.T) (instruments map[string]bool, spans, events map[strin
 	if _, err := g.UpdateOne(ctx, bson.D{{Key: "_id", Value: "none"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "qty", Value: 1}}}}); err != nil {
 		t.Fatalf("UpdateOne: %v", err)
 	}
+	// An overloaded reply: the adaptive limit is cut (writeguard.limit).
+	g = hx.guard(t, mocks.NewFake("shop.orders").Script(mocks.Reply(`{"ok":0,"code":462,"codeName":"IngressRequestRateLimitExceeded","errmsg":"rate exceeded","errorLabels":["SystemOverloadedError","RetryableError"]}`)))
+	if _, err := g.InsertOne(ctx, bson.D{{Key: "qty", Value: 1}}); err != nil {
+		t.Fatalf("InsertOne after an overloaded reply: %v", err)
+	}
 	// A flood: the breaker opens on the first call that dead-letters.
 	g = hx.guard(t, mocks.NewFake("shop.orders").Validator(requireQty),
 		writeguard.WithDeadLetterBreaker(writeguard.BreakerConfig{MinDocuments: 1}))
@@ -162,6 +167,10 @@ func emitted(t *testing.T) (instruments map[string]bool, spans, events map[strin
 					add(dp.Attributes.ToSlice())
 				}
 			case metricdata.Histogram[float64]:
+				for _, dp := range d.DataPoints {
+					add(dp.Attributes.ToSlice())
+				}
+			case metricdata.Gauge[int64]:
 				for _, dp := range d.DataPoints {
 					add(dp.Attributes.ToSlice())
 				}

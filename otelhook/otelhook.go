@@ -55,6 +55,7 @@ func newHooks(c *config) (hooks.Hooks, error) {
 		DeadLetterFinished: h.deadLetterFinished,
 		Disposition:        h.disposition,
 		OperationFinished:  h.operationFinished,
+		LimitChanged:       h.limitChanged,
 		TraceIDs:           traceIDs,
 	}, nil
 }
@@ -83,6 +84,7 @@ type handler struct {
 	retryDelay   metric.Float64Histogram
 	flood        metric.Int64Counter
 	wire         metric.Int64Counter // MetricWireCommands (instruments.go recordWire)
+	limitGauge   metric.Int64Gauge
 }
 
 // Context keys of the per-call state. They hold the handler, so that two

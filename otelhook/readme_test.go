@@ -93,6 +93,10 @@ func metricLines(t *testing.T, rm metricdata.ResourceMetrics) string {
 				for _, dp := range d.DataPoints {
 					byName[m.Name] = append(byName[m.Name], point{dp.Attributes, fmt.Sprintf("count=%d", dp.Count)})
 				}
+			case metricdata.Gauge[int64]:
+				for _, dp := range d.DataPoints {
+					byName[m.Name] = append(byName[m.Name], point{dp.Attributes, fmt.Sprint(dp.Value)})
+				}
 			default:
 				t.Fatalf("metric %s: unexpected data %T", m.Name, d)
 			}

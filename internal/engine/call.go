@@ -126,6 +126,7 @@ func (e *Engine) Run(ctx context.Context, s Spec) (Result, error) {
 		c.neverResend()
 	}
 	err := c.run(ctx)
+	c.leaveLimit() // limitcall.go
 	return Result{c}, err
 }
 
@@ -181,6 +182,7 @@ type Call struct {
 	// handed to the sink so far (collapse, deadletter.go).
 	copies map[string]int
 	window int     // ordered: documents per attempt (0: all pending)
+	stops  int     // ordered: passes that stopped at a rejected document (window.go)
 	offset int     // position of the current command's first statement in its pass
 	lim    *Limits // the server's limits, once asked (commands.go)
 	// noUniqueID: _id is not unique where the documents land (asked of

@@ -31,6 +31,8 @@
 //	                             that did not write all
 //	attempt        loop.go       send one command (Send), one hook event each side; a panic
 //	                             of the Target is that attempt's failure
+//	sendLimited    limitcall.go  a slot of the adaptive limit (limit.go: AIMD on overload,
+//	                             the failover gate), the send, then what the reply said
 //	verdicts       route.go      per document: its failure and what the reply proved
 //	                             (policy.Extract, Failure.Proof, the policy.ReplyShapes table;
 //	                             a command of one statement: statement.go, oneStatement)

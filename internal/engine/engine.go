@@ -16,6 +16,7 @@ import (
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/internal/loglimit"
+	"github.com/writeguard/writeguard/internal/readback"
 	"github.com/writeguard/writeguard/policy"
 )
 
@@ -102,6 +103,9 @@ type Config struct {
 	// as the target collection's (driveropts.Encoder); nil: the default
 	// registry and no options, as bson.Marshal encodes.
 	NewEncoder func(w io.Writer) *bson.Encoder
+	// Limit is the adaptive limit on the driver calls in flight to the
+	// target, shared by the engine's calls (limit.go); nil: none.
+	Limit *Limiter
 }
 
 // Engine runs the guarded calls of one collection. It is safe for
@@ -111,8 +115,9 @@ type Engine struct {
 	observed bool
 	hooks    hooks.Hooks
 	logLimit *loglimit.Limiter
-	health   atomic.Int64 // attempts of any call that the server executed (bisect.go)
-	encoders *sync.Pool   // of *docEncoder (prepare.go)
+	health   atomic.Int64       // attempts of any call that the server executed (bisect.go)
+	encoders *sync.Pool         // of *docEncoder (prepare.go)
+	reads    readback.Coalescer // the calls' read-backs, gathered while one runs (readback.go)
 	// wire: whether the command monitor was seen on this collection's
 	// client (seen), or found absent (absent: attempts are no longer
 	// tagged); monitor_reply.go noteWire.

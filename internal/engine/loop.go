@@ -92,7 +92,7 @@ func (c *Call) pass(ctx context.Context, batch []*item, whole bool, delay time.D
 		c.observe(cmd, err) // bisection reads each command's failure (bisect.go)
 	}
 	if c.ordered {
-		c.window = OrderedWindow(c.window, len(batch), c.stopAt)
+		c.nextWindow(len(batch)) // window.go
 	}
 }
 
@@ -111,7 +111,7 @@ func (c *Call) attempt(ctx context.Context, batch []*item, delay time.Duration) 
 		actx = e.hooks.AttemptStarted(ctx, &hooks.AttemptStart{Op: c.op, Attempt: c.attempts, Documents: len(batch), Delay: delay})
 		t0 = e.cfg.Clock.Now()
 	}
-	res, err := c.sendOnce(actx, batch)
+	res, err := c.sendLimited(actx, batch) // limitcall.go: the adaptive limit, then sendOnce
 	var fails []policy.Failure
 	if err != nil && !errors.Is(err, ErrUnacked) {
 		fails = policy.Extract(err)

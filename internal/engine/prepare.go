@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -65,9 +66,6 @@ func (c *Call) prepareNext(ctx context.Context, all bool) {
 		lim = c.limits(ctx)
 	}
 	budget := lim.MaxMessageSizeBytes - CommandMargin
-	if c.enc == nil {
-		c.enc = c.e.newDocEncoder()
-	}
 	n, size := 0, 0
 	for i := c.next - 1; i >= 0 && c.items[i].attempts == 0; i-- {
 		if c.items[i].state == pending { // prepared ahead by the last pass, not sent
@@ -75,18 +73,33 @@ func (c *Call) prepareNext(ctx context.Context, all bool) {
 		}
 	}
 	for c.next < len(c.items) && (all || n == 0 || n < lim.MaxWriteBatchSize && size <= budget) {
-		it := c.items[c.next]
-		c.prepareDoc(c.enc, it, c.inputs[c.next], len(c.items)-c.next)
+		it, doc := c.items[c.next], c.inputs[c.next]
+		if c.enc == nil && needsEncoder(doc) {
+			c.enc = c.e.newDocEncoder() // not for a call of bytes only
+		}
+		c.prepareDoc(c.enc, it, doc, len(c.items)-c.next)
 		c.inputs[c.next] = nil // the caller's value is no longer needed here
 		c.next++
 		n, size = n+1, size+len(it.doc)
 	}
 	if c.next == len(c.items) {
-		c.enc.release()
+		if c.enc != nil {
+			c.enc.release()
+		}
 		c.enc, c.inputs = nil, nil
 	} else {
 		c.spread = true
 	}
+}
+
+// needsEncoder reports whether prepareDoc encodes doc (not nil, not the
+// caller's own bytes).
+func needsEncoder(doc any) bool {
+	switch doc.(type) {
+	case nil, bson.Raw, []byte:
+		return false
+	}
+	return true
 }
 
 // prepareDocs prepares the documents of the insert models of a bulk write
@@ -182,15 +195,27 @@ func (c *Call) prefail(it *item, err error) {
 // bson.Marshal does with its own pools; its result would be a second copy
 // of every document).
 type docEncoder struct {
-	enc  *bson.Encoder
-	a    arena
-	make func(io.Writer) *bson.Encoder // the encoder's constructor
-	pool *sync.Pool                    // where it goes back
+	enc   *bson.Encoder
+	a     arena
+	make  func(io.Writer) *bson.Encoder // the encoder's constructor
+	pool  *sync.Pool                    // where it goes back
+	types bool                          // the default registry, no options: idFree holds
 }
 
 // defaultEncoders is the pool of the engines whose Config.NewEncoder is
 // nil: the default registry, no options.
-var defaultEncoders = encoderPool(func(w io.Writer) *bson.Encoder { return bson.NewEncoder(bson.NewDocumentWriter(w)) })
+var defaultEncoders = defaultPool()
+
+func defaultPool() *sync.Pool {
+	p := encoderPool(func(w io.Writer) *bson.Encoder { return bson.NewEncoder(bson.NewDocumentWriter(w)) })
+	mk := p.New
+	p.New = func() any {
+		e := mk().(*docEncoder)
+		e.types = true
+		return e
+	}
+	return p
+}
 
 // encoderPool returns a pool of docEncoders whose encoders mk makes (an
 // encoder's options cannot be unset, so each configuration has its pool).
@@ -243,6 +268,7 @@ func (e *docEncoder) encode(doc any, remaining int) (raw bson.Raw, id bson.RawVa
 		}
 	}()
 	e.a.remaining, e.a.writes = remaining, 0
+	e.a.noID = e.types && idFree(reflect.TypeOf(doc))
 	if err := e.enc.Encode(doc); err != nil {
 		e.reset()
 		return nil, bson.RawValue{}, false, err
@@ -270,7 +296,15 @@ type arena struct {
 	id       bson.RawValue
 	assigned bool
 	writes   int
+	noID     bool      // the document's type cannot write an _id (idFree): no lookup
+	now      time.Time // the timestamp of the new ObjectIDs (stampEvery per clock read, a chunk at most)
+	stamped  int       // new ObjectIDs with now
 }
+
+// stampEvery bounds the new ObjectIDs that share one clock read: the
+// driver's 24-bit counter keeps them unique within a second, and a
+// timestamp is never kept long enough for the counter to come round.
+const stampEvery = 1024
 
 // maxChunk bounds an arena chunk (1 MiB): a very large call's arena grows
 // in steps, and a wrong estimate (a first document much larger than the
@@ -281,8 +315,11 @@ const maxChunk = 1 << 20
 // the arena, with a new ObjectID _id first when p has none.
 func (a *arena) Write(p []byte) (int, error) {
 	a.writes++
-	_, err := bson.Raw(p).LookupErr("_id")
-	a.assigned = err != nil
+	a.assigned = a.noID
+	if !a.noID {
+		_, err := bson.Raw(p).LookupErr("_id")
+		a.assigned = err != nil
+	}
 	need := len(p)
 	if a.assigned {
 		need += idElementSize
@@ -294,10 +331,15 @@ func (a *arena) Write(p []byte) (int, error) {
 		}
 		size := min(max(mean, mean*a.remaining), maxChunk)
 		a.chunk = make([]byte, 0, max(size, need))
+		a.now = time.Time{} // a new chunk reads the clock again
 	}
 	start := len(a.chunk)
 	if a.assigned {
-		a.chunk = appendWithID(a.chunk, p, bson.NewObjectID())
+		if a.now.IsZero() || a.stamped >= stampEvery {
+			a.now, a.stamped = time.Now(), 0
+		}
+		a.stamped++
+		a.chunk = appendWithID(a.chunk, p, bson.NewObjectIDFromTimestamp(a.now))
 	} else {
 		a.chunk = append(a.chunk, p...)
 	}

@@ -86,13 +86,14 @@ func contains(its []*item, x *item) bool {
 }
 
 // readBack reads the stored documents with the given _ids
-// (readback.ByID: queries answered in one reply each). A retryable read
-// error is retried with the write backoff, up to 3 counted reads
-// (retrySide).
+// (readback.ByID: queries answered in one reply each), gathered with the
+// read-backs of the engine's other calls that arrive while one runs
+// (readback.Coalescer). A retryable read error is retried with the write
+// backoff, up to 3 counted reads (retrySide).
 func (c *Call) readBack(ctx context.Context, ids bson.A) (map[string]bson.Raw, error) {
 	var out map[string]bson.Raw
 	err := c.retrySide(ctx, 3, func(int) (err error) {
-		out, err = readback.ByID(ctx, c.e.cfg.Reader, ids)
+		out, err = c.e.reads.ByID(ctx, c.e.cfg.Reader, ids)
 		return err
 	})
 	return out, err

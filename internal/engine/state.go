@@ -257,7 +257,7 @@ func (c *Call) giveUp(ctx context.Context, its []*item, why StopReason) {
 		return
 	}
 	var td todo
-	canRead := ctx.Err() == nil
+	canRead := ctx.Err() == nil && !primaryGone(its) // limitcall.go
 	fallback := ReadBackFallback()
 	for _, it := range its {
 		if !it.live() && it.state != prefailed {

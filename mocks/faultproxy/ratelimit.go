@@ -36,6 +36,13 @@ type RateLimit struct {
 	// (an int64, beside errorLabels): the server's suggested base of the
 	// client's backoff (client-backpressure specification).
 	BaseBackoff time.Duration
+	// RefusalCost is the part of a token a refused command takes (0: a
+	// refusal is free; at most 1). A server spends work on each command it
+	// refuses (reading it, answering it, the connection's turn), so
+	// clients that keep refused commands coming lower what it admits: the
+	// bucket may go below zero, and admits again once it has refilled to
+	// one token.
+	RefusalCost float64
 }
 
 // RateLimiter is a token bucket shared by the commands of every rule that
@@ -64,6 +71,9 @@ func NewRateLimiter(cfg RateLimit) (*RateLimiter, error) {
 	}
 	if cfg.BaseBackoff < 0 {
 		return nil, fmt.Errorf("faultproxy: RateLimit.BaseBackoff %v: want ≥ 0", cfg.BaseBackoff)
+	}
+	if !(cfg.RefusalCost >= 0 && cfg.RefusalCost <= 1) {
+		return nil, fmt.Errorf("faultproxy: RateLimit.RefusalCost %v: want 0 to 1", cfg.RefusalCost)
 	}
 	if cfg.Burst == 0 {
 		cfg.Burst = max(1, int(cfg.PerSecond))
@@ -111,6 +121,7 @@ func (l *RateLimiter) allow() bool {
 		return true
 	}
 	l.refused++
+	l.tokens -= l.cfg.RefusalCost
 	return false
 }
 

@@ -106,6 +106,7 @@ func TestRateLimitConfig(t *testing.T) {
 		{faultproxy.RateLimit{PerSecond: -1}, "PerSecond"},
 		{faultproxy.RateLimit{PerSecond: 1, Burst: -1}, "Burst"},
 		{faultproxy.RateLimit{PerSecond: 1, BaseBackoff: -time.Second}, "BaseBackoff"},
+		{faultproxy.RateLimit{PerSecond: 1, RefusalCost: 1.5}, "RefusalCost"},
 	} {
 		if _, err := faultproxy.NewRateLimiter(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("NewRateLimiter(%+v) = %v; want an error naming %s", c.cfg, err, c.want)
@@ -131,5 +132,35 @@ func TestRateLimitConfig(t *testing.T) {
 	_, err = faultproxy.NewScript(faultproxy.On("insert").Always().Do(faultproxy.RandomSchedule(1, faultproxy.Rate{P: 0.5, Fault: l.Fault()})))
 	if err == nil || !strings.Contains(err.Error(), "RateLimiter") {
 		t.Errorf("a limiter in a RandomSchedule: %v; want an error", err)
+	}
+}
+
+// TestRateLimiterRefusalCost: with RefusalCost 0.5 each refusal takes half
+// a token, so refused commands delay the next admission: after a burst of
+// one and two refusals the bucket is at -1, and one token needs 0.2 s at
+// 10/s instead of 0.1 s.
+func TestRateLimiterRefusalCost(t *testing.T) {
+	l, err := faultproxy.NewRateLimiter(faultproxy.RateLimit{PerSecond: 10, Burst: 1, RefusalCost: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	faultproxy.SetRateLimiterClock(l, func() time.Time { return now })
+	p := startProxy(t, faultproxy.WithScript(faultproxy.MustScript(faultproxy.On("ping").Always().Do(l.Fault()))))
+	db := connect(t, p.URI(), false).Database("admin")
+	ping := func() bool { return db.RunCommand(opCtx(t), bson.D{{Key: "ping", Value: 1}}).Err() == nil }
+	if !ping() || ping() || ping() {
+		t.Fatal("want the burst's one ping admitted and the next two refused")
+	}
+	now = now.Add(100 * time.Millisecond) // free refusals would admit here
+	if ping() {
+		t.Fatal("admitted after 0.1 s: the refusals cost nothing")
+	}
+	now = now.Add(250 * time.Millisecond) // -0.5 after the third refusal, +2.5 tokens
+	if !ping() {
+		t.Fatal("refused after the bucket refilled past one token")
+	}
+	if a, r := l.Counts(); a != 2 || r != 3 {
+		t.Errorf("Counts = %d admitted, %d refused; want 2, 3", a, r)
 	}
 }
