@@ -38,8 +38,10 @@ import (
 // so of retries the budget is asked for. The dead-letter flood breaker
 // (WithDeadLetterBreaker) counts dispositions and is not affected. The
 // driver's own retries of an overload reply (two inside one driver call,
-// v2.10.0) are not seen here: the final error is; a wire command monitor
-// can report them through the limit's ObserveOverload seam.
+// v2.10.0) do not show in the final error: with Monitor installed on the
+// client, each attempt's overloaded replies the driver retried itself
+// halve the limit too ("overload_observed"); without it the limit reads
+// the final error only.
 //
 // Each change is reported by hooks.Hooks.LimitChanged (otelhook: the gauge
 // writeguard.limit). Set with WithAdaptiveLimit, off with

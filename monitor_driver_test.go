@@ -2,6 +2,7 @@ package writeguard_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/hooks"
 	"github.com/writeguard/writeguard/mocks"
 	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/policy"
@@ -70,6 +72,69 @@ func TestMonitorRealDriverNoWritesPerformed(t *testing.T) {
 			o := oneOutcome(t, err)
 			if o.Disposition != writeguard.OutcomeUnknown || !o.MaybeWritten || n != 1 {
 				t.Errorf("outcome %s MaybeWritten %v after %d update commands: want unknown after 1", o.Disposition, o.MaybeWritten, n)
+			}
+		})
+	}
+}
+
+// The adaptive limit reads the driver's hidden overload retries through
+// writeguard.Monitor: the first insert is answered 462 labelled
+// SystemOverloadedError and RetryableError, the driver retries it itself
+// (operation.go 859-877) and the retry succeeds, so the call's final error
+// is nil. With the monitor the limit is halved ("overload_observed");
+// without it nothing in the final error shows the overload and the limit
+// stays.
+func TestMonitorFeedsAdaptiveLimit(t *testing.T) {
+	for _, mon := range []bool{false, true} {
+		t.Run(map[bool]string{false: "without", true: "with"}[mon], func(t *testing.T) {
+			ctx := context.Background()
+			script := faultproxy.MustScript(faultproxy.On("insert").Do(faultproxy.ErrorReply(faultproxy.CommandError{
+				Code: 462, CodeName: "IngressRequestRateLimitExceeded",
+				Labels: []string{"SystemOverloadedError", "RetryableError"},
+			})))
+			p, err := faultproxy.New(faultproxy.WithReplicaSet("rs0"), faultproxy.WithScript(script))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			opts := options.Client().ApplyURI(p.URI())
+			if mon {
+				opts.SetMonitor(writeguard.Monitor(nil))
+			}
+			client, err := mongo.Connect(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = client.Disconnect(ctx) }()
+			var changes []hooks.LimitChange
+			var mu sync.Mutex
+			h := hooks.Hooks{LimitChanged: func(_ context.Context, ev *hooks.LimitChange) {
+				mu.Lock()
+				changes = append(changes, *ev)
+				mu.Unlock()
+			}}
+			g, err := writeguard.Wrap(client.Database("db").Collection("lim"), writeguard.WithHooks(h),
+				writeguard.WithAdaptiveLimit(writeguard.AdaptiveLimit{Initial: 8, Min: 1, Max: 8}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.InsertOne(ctx, bson.D{{Key: "_id", Value: "l-1"}}); err != nil {
+				t.Fatalf("InsertOne: %v, want written by the driver's retry", err)
+			}
+			if n := p.Stats().Commands["insert"]; n != 2 {
+				t.Fatalf("%d insert commands, want 2 (the overloaded one and the driver's retry)", n)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var cut bool
+			for _, c := range changes {
+				cut = cut || c.Reason == "overload_observed" && c.Limit < 8
+			}
+			if cut != mon {
+				t.Errorf("limit changes %+v: halved on the observed overload %v, want %v", changes, cut, mon)
 			}
 		})
 	}

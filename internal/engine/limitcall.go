@@ -10,7 +10,9 @@ import (
 
 // sendLimited sends batch once (sendOnce) within the engine's adaptive
 // limit (Config.Limit; nil: no limit): it waits for a slot, then tells the
-// Limiter what the reply said. A context that ends during the wait is the
+// Limiter what the reply said, and, with writeguard.Monitor on the client,
+// what the driver's hidden retries were told (an overloaded reply the
+// driver retried itself: Limiter.ObserveOverload). A context that ends during the wait is the
 // attempt's error, nothing sent.
 func (c *Call) sendLimited(ctx context.Context, batch []*item) (any, error) {
 	l := c.e.cfg.Limit
@@ -30,7 +32,14 @@ func (c *Call) sendLimited(ctx context.Context, batch []*item) (any, error) {
 	if err != nil && !errors.Is(err, ErrUnacked) {
 		fails = policy.Extract(err)
 	}
-	l.release(ctx, c, seq, signalOf(err, fails, c.e.cfg.Classifier.Classify))
+	sig := signalOf(err, fails, c.e.cfg.Classifier.Classify)
+	if hidden := c.ext.wire.overloads(); hidden > 1 || hidden == 1 && sig != signalOverload {
+		// the wire monitor saw overloaded replies the driver retried
+		// inside this call (the final error repeats the last event, so
+		// it is not counted twice): they lower the limit too.
+		l.ObserveOverload(ctx)
+	}
+	l.release(ctx, c, seq, sig)
 	return res, err
 }
 

@@ -32,6 +32,7 @@ type wireEvent struct {
 	requestID    int64
 	connectionID string
 	sent         bool           // a reply, or an error other than a pre-send one
+	overload     bool           // an error labelled SystemOverloadedError (limitcall.go)
 	proofs       []policy.Proof // per statement (nil: whole: every statement has whole)
 	whole        policy.Proof
 }
@@ -137,7 +138,9 @@ func (w *wire) add(e wireEvent, reply bson.Raw, err error) {
 	case !e.sent:
 		e.whole = policy.NotSent
 	case err != nil:
-		e.whole = wholeProof(policy.Extract(asMongoError(err)))
+		fs := policy.Extract(asMongoError(err))
+		e.whole = wholeProof(fs)
+		e.overload = overloaded(fs)
 	default:
 		e.proofs, e.whole = replyProofs(reply, w.n, w.ordered)
 	}
@@ -165,4 +168,29 @@ func asMongoError(err error) error {
 		return err
 	}
 	return mongo.CommandError{Code: de.Code, Message: de.Message, Labels: de.Labels, Name: de.Name, Wrapped: err, Raw: bson.Raw(de.Raw)}
+}
+
+// overloaded reports whether any of fs carries the SystemOverloadedError
+// label (the driver retries such a reply itself: operation.go 859-877).
+func overloaded(fs []policy.Failure) bool {
+	for i := range fs {
+		if fs[i].HasLabel(policy.LabelSystemOverloaded) {
+			return true
+		}
+	}
+	return false
+}
+
+// overloads returns how many of the attempt's finished events were
+// replies labelled SystemOverloadedError.
+func (w *wire) overloads() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, e := range w.events {
+		if e.overload {
+			n++
+		}
+	}
+	return n
 }
