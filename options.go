@@ -416,13 +416,17 @@ func WithDriverRetryWrites(on bool) Option {
 // never a verdict, whatever its code (it may have changed documents before
 // the one refused). New and Wrap return an error naming the first code of
 // policy.NeverVerdictCodes (network, interruption, stepdown and shutdown
-// codes, 217, 72), which cannot be proofs. It replaces the package
+// codes, 217, 72), which cannot be proofs, and any code below 1 (not a server code). It replaces the package
 // variable policy.WriteErrorVerdictCodes: a declaration per Guarded.
 func WithVerdictCodes(codes ...int) Option {
 	return optionFunc(func(c *config) {
 		never := policy.NeverVerdictCodes()
 		for _, code := range codes {
-			if slices.Contains(never, int32(code)) || code < math.MinInt32 || code > math.MaxInt32 {
+			if code < 1 || code > math.MaxInt32 {
+				c.errs = append(c.errs, fmt.Errorf("writeguard: WithVerdictCodes(%d): not a server error code (want 1..%d)", code, math.MaxInt32))
+				continue
+			}
+			if slices.Contains(never, int32(code)) {
 				c.errs = append(c.errs, fmt.Errorf("writeguard: WithVerdictCodes(%d): that code cannot prove a statement not applied "+
 					"(a network, interruption, stepdown or shutdown code, 217 or 72: policy.NeverVerdictCodes)", code))
 				continue

@@ -153,7 +153,7 @@ func TestC70VerdictsByDeployment(t *testing.T) {
 // WithVerdictCodes refuses the codes that cannot prove a statement not
 // applied.
 func TestWithVerdictCodesRefusesUnprovable(t *testing.T) {
-	for _, code := range []int{72, 91, 6, 89, 9001, 11602, 217, 50} {
+	for _, code := range []int{72, 91, 6, 89, 9001, 11602, 217, 50, 0, -5} {
 		if _, err := writeguard.New(mocks.NewFake("db.x"), writeguard.WithVerdictCodes(code)); err == nil || !strings.Contains(err.Error(), fmt.Sprint(code)) {
 			t.Errorf("WithVerdictCodes(%d): %v, want an error naming it", code, err)
 		}

@@ -158,3 +158,10 @@ func TestValidatorAcceptsBothForms(t *testing.T) {
 func failure121(errInfo bson.Raw) *policy.Failure {
 	return &policy.Failure{Code: 121, CodeName: "DocumentValidationFailure", Message: "Document failed validation", ErrInfo: errInfo}
 }
+
+// Stats on a nil collection is an error naming it, not a panic.
+func TestStatsNilCollection(t *testing.T) {
+	if _, err := Stats(context.Background(), nil, Filter{}); err == nil || !strings.Contains(err.Error(), "nil") {
+		t.Errorf("Stats(nil): %v, want an error naming the nil collection", err)
+	}
+}

@@ -146,8 +146,11 @@ const MaxDecodeErrors = 100
 // Summary.Pieces costs one more find on the side collection of pieces
 // (their fields but the data) and, when it holds any, one on the DLQ.
 //
-// It returns f's error (wrapping ErrBadFilter) or the driver's.
+// It returns an error naming a nil dlq, f's error (wrapping ErrBadFilter), or the driver's.
 func Stats(ctx context.Context, dlq *mongo.Collection, f Filter) (Summary, error) {
+	if dlq == nil {
+		return Summary{}, errors.New("dlq: Stats: the dead-letter collection is nil")
+	}
 	now := time.Now()
 	q, err := f.Query(now)
 	if err != nil {

@@ -145,6 +145,8 @@ func checkDemoArgs(pos []string, cfg demo.Config, tf *telemetryFlags, stderr io.
 		return usageError(stderr, "demo", "-workers %d: want 1..64", cfg.Workers)
 	case cfg.Limit < 0:
 		return usageError(stderr, "demo", "-limit %d: want ≥ 0", cfg.Limit)
+	case cfg.MaxAttempts < 1 || cfg.MaxAttempts > 100:
+		return usageError(stderr, "demo", "-max-attempts %d: want 1..100 (the first attempt included)", cfg.MaxAttempts)
 	case cfg.URI != "" && cfg.Sharded:
 		return usageError(stderr, "demo", "-sharded applies to the embedded server only; drop it or -uri")
 	case cfg.URI != "" && cfg.DataDir != "":

@@ -512,6 +512,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"nope"}, `unknown command "nope"`},
 		{[]string{"demo", "--bogus"}, "-bogus"},
 		{[]string{"demo", "--batch", "0"}, "-batch"},
+		{[]string{"demo", "--max-attempts", "0"}, "-max-attempts"},
+		{[]string{"demo", "--max-attempts", "-5"}, "-max-attempts"},
 		{[]string{"demo", "--workers", "x"}, "-workers"},
 		{[]string{"demo", "--limit", "-1"}, "-limit"},
 		{[]string{"demo", "extra"}, `"extra"`},
