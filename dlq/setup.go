@@ -311,7 +311,10 @@ const (
 // status_index applied.
 //
 // The error is non-nil when the options are invalid, when listing or
-// creating the collection fails, when the fingerprint index cannot be had,
+// creating the collection fails, when the collection exists as a view, a
+// time-series or a capped collection (a capped one removes its oldest
+// documents, confirmed envelopes included), when the fingerprint index
+// cannot be had,
 // or when any feature ended FeatureFailed (after trying every feature);
 // the report holds what was done until then.
 func EnsureCollection(ctx context.Context, db *mongo.Database, name string, opts ...SetupOption) (SetupReport, error) {
@@ -372,6 +375,7 @@ type collInfo struct {
 		Validator        bson.Raw `bson:"validator"`
 		ValidationLevel  string   `bson:"validationLevel"`
 		ValidationAction string   `bson:"validationAction"`
+		Capped           bool     `bson:"capped"`
 	} `bson:"options"`
 }
 
@@ -393,6 +397,13 @@ func (s *setup) info(ctx context.Context) (*collInfo, error) {
 	}
 	if ci.Type != "" && ci.Type != "collection" {
 		return nil, fmt.Errorf("dlq: %s is a %s, not a collection", s.rep.Namespace, ci.Type)
+	}
+	if ci.Options.Capped {
+		// a capped collection removes its oldest documents to make room
+		// (the manual's "Capped Collections"): envelopes a sink confirmed
+		// would be lost without a trace.
+		return nil, fmt.Errorf("dlq: %s is a capped collection: the server removes its oldest documents, "+
+			"confirmed envelopes included; give the dead-letter queue an uncapped collection", s.rep.Namespace)
 	}
 	return &ci, nil
 }

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeguard/writeguard"
 	"github.com/writeguard/writeguard/dlq"
@@ -547,4 +549,18 @@ func replayRun(b *dlBed, target writeguard.Collection, opts ...replay.Option) (r
 	res, err := replay.Run(context.Background(), b.dlq, target, opts...)
 	b.t.Logf("replay: %+v (err %v)", res.Counts, err)
 	return res, err
+}
+
+// TestDLEnsureCollectionRefusesCapped: a capped collection removes its
+// oldest documents to make room, envelopes a sink confirmed included, so
+// EnsureCollection refuses it as the dead-letter queue, naming why.
+func TestDLEnsureCollectionRefusesCapped(t *testing.T) {
+	b := newDLBed(t, nil)
+	if err := b.ddb.CreateCollection(b.ctx, "dlqcapped", options.CreateCollection().SetCapped(true).SetSizeInBytes(1<<20)); err != nil {
+		t.Fatalf("create capped: %v", err)
+	}
+	_, err := dlq.EnsureCollection(b.ctx, b.ddb, "dlqcapped")
+	if err == nil || !strings.Contains(err.Error(), "capped") {
+		t.Fatalf("EnsureCollection on a capped collection: %v, want an error naming it capped", err)
+	}
 }
