@@ -122,8 +122,13 @@ func printShownFields(tw io.Writer, raw bson.Raw, l listed) {
 	}
 }
 
-// printStoredForm prints what of e is stored as bytes, withheld or cut.
+// printStoredForm prints what of e is stored as bytes, withheld, cut or
+// kept apart in pieces.
 func printStoredForm(tw io.Writer, e *envelope.Envelope) {
+	if p := e.OriginalPieces; p != nil {
+		fmt.Fprintf(tw, "original in pieces	%d bytes in %d pieces, sha256 %s (in the side collection; not printed, replay reassembles it)\n",
+			p.Size, p.Count, p.SHA256)
+	}
 	for _, b := range e.Binary {
 		fmt.Fprintf(tw, "stored as bytes\t%s (%s)\n", b.Field, b.Reason)
 	}
@@ -150,8 +155,8 @@ func printShownDocuments(stdout io.Writer, e *envelope.Envelope) {
 		doc bson.Raw
 	}{{"original", e.Original}, {"err_info", e.ErrInfo}} {
 		k, doc := x.k, x.doc
-		if len(doc) == 0 {
-			continue
+		if len(doc) == 0 || k == "original" && e.OriginalPieces != nil {
+			continue // an original kept in pieces is named by printStoredForm
 		}
 		js, err := bson.MarshalExtJSONIndent(doc, false, false, "  ", "  ")
 		if err != nil {
@@ -187,6 +192,10 @@ type shown struct {
 	Withheld     []envelope.WithheldField `json:"withheld,omitempty"`
 	WithheldNote string                   `json:"withheld_note,omitempty"`
 	Cut          []envelope.CutField      `json:"cut,omitempty"`
+	// OriginalPieces is set, and Original left out, when the original is
+	// kept whole in pieces in the side collection (too large to print
+	// here; replay reassembles it).
+	OriginalPieces *envelope.Pieces `json:"original_pieces,omitempty"`
 }
 
 func toShown(raw bson.Raw) (shown, error) {
@@ -199,7 +208,8 @@ func toShown(raw bson.Raw) (shown, error) {
 		return shown{}, err
 	}
 	out := shown{listed: l, ErrMsg: e.ErrMsg, TraceID: e.TraceID, SpanID: e.SpanID,
-		Kind: e.Kind, Binary: e.Binary, Withheld: e.Withheld, WithheldNote: e.WithheldNote, Cut: e.Cut}
+		Kind: e.Kind, Binary: e.Binary, Withheld: e.Withheld, WithheldNote: e.WithheldNote, Cut: e.Cut,
+		OriginalPieces: e.OriginalPieces}
 	if !e.ReplayedAt.IsZero() {
 		out.ReplayedAt = &e.ReplayedAt
 	}
@@ -211,7 +221,7 @@ func toShown(raw bson.Raw) (shown, error) {
 		doc bson.Raw
 		dst *json.RawMessage
 	}{{"original", e.Original, &out.Original}, {"err_info", e.ErrInfo, &out.ErrInfo}} {
-		if doc := x.doc; len(doc) > 0 {
+		if doc := x.doc; len(doc) > 0 && (x.key != "original" || e.OriginalPieces == nil) {
 			js, err := bson.MarshalExtJSON(doc, false, false)
 			if err != nil {
 				return shown{}, fmt.Errorf("%s: %w", x.key, err)
