@@ -21,8 +21,8 @@
 // (PostgreSQL through pgx, MySQL, SAP HANA, SQLite, gRPC, mongo-driver v1),
 // so the command's module graph is several times the library's and its
 // binary is tens of megabytes. The figures are not repeated here, where
-// they would go stale: the repository's README.md, section "Binary
-// size", gives the module counts (the command's module graph, the modules
+// they would go stale: the repository's README.md, section
+// "Binary size", gives the module counts (the command's module graph, the modules
 // compiled into the writeguard binary, those a program importing the
 // writeguard package compiles, with and without otelhook) in a block that
 // TestReadmeFigures (cmd/writeguard/readme_test.go) runs and compares on
