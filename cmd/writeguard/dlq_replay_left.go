@@ -56,7 +56,8 @@ func malformedReason(ns string) string {
 // malformed accounts for the envelopes of group g, whose namespace is not
 // "<database>.<collection>": nothing is written, each is named on stderr
 // with its _id and reason and, outside a dry run, counted skipped in the
-// returned outcome (Problems: the first 100), left pending.
+// returned outcome (Problems: the first 100) and left pending with the
+// reason recorded (envelope.FieldReplayReason).
 func (rr *replayRun) malformed(ctx context.Context, g deadletter.Group) (*replayOut, error) {
 	why := malformedReason(g.Key)
 	q, err := rr.sel.Query(time.Now())
@@ -85,7 +86,14 @@ func (rr *replayRun) malformed(ctx context.Context, g deadletter.Group) (*replay
 			res.Problems = append(res.Problems, replay.Problem{EnvelopeID: id, Fingerprint: fp, Outcome: "skipped", Reason: why})
 		}
 	}
-	if err := cur.Err(); err != nil || rr.f.dryRun {
+	if err := cur.Err(); err != nil || rr.f.dryRun || res.Scanned == 0 {
+		return nil, err
+	}
+	// The reason is recorded as replay.Run records a skip's (list
+	// --json, show): "skipped: <why>". No lease: no replay ever claims
+	// an envelope of a namespace it cannot write.
+	set := bson.D{{Key: "$set", Value: bson.D{{Key: envelope.FieldReplayReason, Value: "skipped: " + why}}}}
+	if _, err := rr.dlq.UpdateMany(ctx, q, set); err != nil {
 		return nil, err
 	}
 	return &replayOut{Namespace: g.Key, Validation: "none: skipped (" + why + ")", Result: res}, nil

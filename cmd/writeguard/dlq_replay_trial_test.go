@@ -124,9 +124,25 @@ func TestDLQReplayAccountsForEveryEnvelope(t *testing.T) {
 	if ids := targetIDs(t, dir); len(ids) != 3 {
 		t.Errorf("target holds %v; want the 3 good documents only", ids)
 	}
+	// The envelope without namespace keeps its reason, as a skip does.
+	code, js, _ := runCmd(t, context.Background(), "dlq", "list", "--data-dir", dir, "--status", "pending", "--json")
+	var items []struct {
+		ID           string `json:"id"`
+		ReplayReason string `json:"replay_reason"`
+	}
+	if err := json.Unmarshal([]byte(js), &items); code != 0 || err != nil {
+		t.Fatalf("list: exit %d, %v\n%s", code, err, js)
+	}
+	reasons := map[string]string{}
+	for _, it := range items {
+		reasons[it.ID] = it.ReplayReason
+	}
+	if !strings.HasPrefix(reasons["ed-ns-unset"], "skipped: no namespace") || !strings.HasPrefix(reasons["ed-mult"], "refused: multiplicity 1000") {
+		t.Errorf("recorded reasons: %q", reasons)
+	}
 	// The same through --json: pending counts the undecodable ones, the
 	// skipped envelope without namespace is in the namespaces' outcomes.
-	code, js, errOut := runCmd(t, context.Background(), "dlq", "replay", "--data-dir", dir, "--no-validator", "--json")
+	code, js, errOut = runCmd(t, context.Background(), "dlq", "replay", "--data-dir", dir, "--no-validator", "--json")
 	var rep struct {
 		Pending, Undecodable int64
 		Namespaces           []struct {
