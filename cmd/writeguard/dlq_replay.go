@@ -46,8 +46,15 @@ you name with --into db.collection (repeatable; required with --uri; with
 system.* collection or the dead-letter collection and its side
 collections; it runs inserts only unless --allow update,replace,delete
 says otherwise, and updateMany, deleteMany and filters without an _id
-condition only with --allow-multi. Each envelope refused stays pending
-with the reason recorded (list --json, show) and is counted; exit 3.
+condition only with --allow-multi. An envelope's multiplicity (copies of
+identical inputs) is written only up to 100,000, and only for inserts
+whose _id writeguard assigned; another is refused. Each envelope refused
+stays pending with the reason recorded (list --json, show) and is counted;
+exit 3.
+
+Every envelope the filters select is accounted for: replayed, or left
+pending with its _id and reason (refused, skipped, or undecodable: named
+on stderr). "pending left" counts them all; any left pending: exit 3.
 
 An update, replace or delete whose replay was in flight when its replay
 died (killed, lost connection) may or may not have been applied: the
