@@ -429,7 +429,7 @@ func replayExit(outs []replayOut, quarantineAfter int, pending int64, stderr io.
 		quarantined += o.Quarantined
 	}
 	if refused > 0 {
-		fmt.Fprintf(stderr, "writeguard dlq replay: %s refused (left pending, reason recorded): see -into, -allow, -allow-multi\n", plural(refused, "envelope"))
+		fmt.Fprintf(stderr, "writeguard dlq replay: %s refused (left pending, reason recorded): see the reasons, -into, -allow, -allow-multi\n", plural(refused, "envelope"))
 	}
 	if held > 0 {
 		fmt.Fprintf(stderr, "writeguard dlq replay: %s held: their write was in flight when a replay died; check the target, "+
@@ -466,11 +466,11 @@ func printReplay(w io.Writer, outs []replayOut, f dlqFlags, validator bson.D) {
 				o.Namespace, src, n(o.Matched), n(o.WouldPass), n(o.WouldFail), n(o.Undetermined))
 			continue
 		}
-		name := o.Namespace
-		if !wellFormedNamespace(name) {
-			name = fmt.Sprintf("(namespace %q, not database.collection)", name)
+		if !wellFormedNamespace(o.Namespace) {
+			printMalformed(w, o)
+			continue
 		}
-		fmt.Fprintf(w, "replayed %s: %s in %s, %.2fs\n", name, plural(o.Scanned, "envelope"), plural(o.Batches, "batch"), o.Elapsed.Seconds())
+		fmt.Fprintf(w, "replayed %s: %s in %s, %.2fs\n", o.Namespace, plural(o.Scanned, "envelope"), plural(o.Batches, "batch"), o.Elapsed.Seconds())
 		line := func(name string, v int64, note string) {
 			fmt.Fprintf(w, "  %-14s %8s  %s\n", name, n(v), note)
 		}
@@ -481,7 +481,7 @@ func printReplay(w io.Writer, outs []replayOut, f dlqFlags, validator bson.D) {
 		line("failed", o.Failed, "other errors: pending, run again")
 		line("skipped", o.Skipped, "not replayable as stored (cut, redacted or withheld fields, undecodable): pending, reason recorded")
 		if o.Refused > 0 {
-			line("refused", o.Refused, "not allowed (-into, -allow, -allow-multi): pending, reason recorded")
+			line("refused", o.Refused, "not allowed (-into, -allow, -allow-multi) or inconsistent (multiplicity): pending, reason recorded")
 		}
 		if o.Held > 0 {
 			line("held", o.Held, "in flight when a replay died: pending, for an operator (-include-held)")

@@ -121,3 +121,18 @@ func reportUndecodable(w io.Writer, left deadletter.Summary) {
 		fmt.Fprintf(w, "  ... and %d more\n", more)
 	}
 }
+
+// printMalformed prints the outcome of the envelopes of a namespace that
+// is not "<database>.<collection>" (malformed): nothing written, each
+// skipped with its _id and reason.
+func printMalformed(w io.Writer, o replayOut) {
+	fmt.Fprintf(w, "not replayed (namespace %q, not database.collection): %s skipped, left pending with the reason recorded\n",
+		o.Namespace, plural(o.Skipped, "envelope"))
+	for i, p := range o.Problems {
+		if i == 10 {
+			fmt.Fprintf(w, "  ... %d more (--json lists up to 100)\n", len(o.Problems)-10)
+			break
+		}
+		fmt.Fprintf(w, "  %s %s (id %s): %s\n", p.Outcome, p.Fingerprint[:min(12, len(p.Fingerprint))], rawString(p.EnvelopeID), scrubbed(p.Reason))
+	}
+}
