@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,4 +76,31 @@ func mustRaw(t *testing.T, v any) bson.Raw {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestMultiplicityProblem (trial finding A1): a multiplicity writeguard
+// never stores is named: above MaxMultiplicity, or above 1 on an insert
+// whose _id the caller gave (format 2, and before it an original with an
+// _id); a writeguard-assigned _id's or a model's multiplicity up to the
+// cap is fine.
+func TestMultiplicityProblem(t *testing.T) {
+	withID, _ := bson.Marshal(bson.D{{Key: "_id", Value: "line-1"}})
+	for _, c := range []struct {
+		env  Envelope
+		want string
+	}{
+		{Envelope{Kind: KindInsertOne, Multiplicity: 1000}, "on an insert whose _id the caller gave"},
+		{Envelope{Original: withID, Multiplicity: 2}, "on an insert whose _id the caller gave"},
+		{Envelope{Kind: KindInsertOne, Multiplicity: 1}, ""},
+		{Envelope{Kind: KindInsertOne, IDAssigned: true, Multiplicity: 3}, ""},
+		{Envelope{Kind: KindInsertOne, IDAssigned: true, Multiplicity: MaxMultiplicity}, ""},
+		{Envelope{Kind: KindInsertOne, IDAssigned: true, Multiplicity: MaxMultiplicity + 1}, "exceeds 100000"},
+		{Envelope{Kind: KindUpdateOne, Multiplicity: 2}, ""},
+		{Envelope{Kind: KindUpdateOne, Multiplicity: 1 << 30}, "exceeds 100000"},
+	} {
+		got := c.env.MultiplicityProblem()
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%s multiplicity %d id_assigned %v: %q, want %q", c.env.Kind, c.env.Multiplicity, c.env.IDAssigned, got, c.want)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package envelope
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -310,8 +311,48 @@ func RecaptureUpdateN(attempts, multiplicity int, lastSeen time.Time) bson.D {
 }
 
 // Copies returns how many writes a replay of env makes: its
-// Multiplicity, at least 1.
+// Multiplicity, at least 1. Check MultiplicityProblem first: Copies
+// trusts the stored number.
 func (e Envelope) Copies() int { return max(e.Multiplicity, 1) }
+
+// isInsert reports whether e holds an insert: its Kind, or before format
+// 2 (no Kind) an original with an _id (as package replay reads it).
+func (e Envelope) isInsert() bool {
+	if e.Kind != "" {
+		return e.Kind == KindInsertOne
+	}
+	_, err := e.Original.LookupErr("_id")
+	return err == nil
+}
+
+// MaxMultiplicity bounds Envelope.Multiplicity: 100,000, the server's
+// maxWriteBatchSize (write_ops::kMaxWriteBatchSize, MongoDB
+// src/mongo/db/ops/write_ops.h; the hello reply's maxWriteBatchSize), the
+// most statements one write command carries, and replay.MaxBatchSize.
+// writeguard counts a multiplicity within one guarded call (identical
+// inputs of that call), so a genuine envelope above it would need a call
+// of more than 100,000 identical inputs; above it, a number is far more
+// likely forged or hand-edited, and one envelope would make a replay
+// write more documents than one write command may carry.
+const MaxMultiplicity = 100000
+
+// MultiplicityProblem returns why e's Multiplicity is not one writeguard
+// stores, or "" when a replay may write e.Copies() writes: above
+// MaxMultiplicity, or above 1 on an insert whose _id the caller gave (not
+// IDAssigned: its copies would be one document, so writeguard stores 1;
+// a replay would have to invent _ids for the others). Package replay
+// refuses such an envelope (left pending, reason recorded) instead of
+// writing it.
+func (e Envelope) MultiplicityProblem() string {
+	switch {
+	case e.Multiplicity > MaxMultiplicity:
+		return fmt.Sprintf("multiplicity %d exceeds %d (envelope.MaxMultiplicity): forged or hand-edited envelope, not replayed", e.Multiplicity, MaxMultiplicity)
+	case e.Multiplicity > 1 && e.isInsert() && !e.IDAssigned:
+		return fmt.Sprintf("multiplicity %d on an insert whose _id the caller gave (id_assigned false), which is one document whatever its number: "+
+			"inconsistent (forged or hand-edited) envelope, not replayed", e.Multiplicity)
+	}
+	return ""
+}
 
 // PrepareStored returns env ready to be stored for a first capture: its
 // first_seen defaults to now (UTC, in milliseconds) and its last_seen to

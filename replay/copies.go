@@ -19,7 +19,11 @@ const holdPartialCopies = "copies_partly_applied"
 // in the same write): an insert's copy k is the original with _id
 // envelope.CopyID(_id, k), the same on every replay, so a copy written
 // by an earlier replay is recognised by its _id; a model's copies are
-// the model again. of maps each copy to its envelope's entry.
+// the model again. of maps each copy to its envelope's entry. An
+// envelope's number of copies is trusted only once prepare has checked it
+// (envelope.Envelope.MultiplicityProblem: at most
+// envelope.MaxMultiplicity, and 1 for an insert whose _id the caller
+// gave); one that fails the check is refused, never sent.
 func withCopies(group []*entry) (all []*entry, of map[*entry]*entry) {
 	for _, e := range group {
 		all = append(all, e)
@@ -55,11 +59,12 @@ func copyEntry(e *entry, k int) *entry {
 // an update, replace or delete some of whose copies were applied and
 // others not is held (holdPartialCopies). An insert needs no hold: a
 // replay sends its copies again, and those already written are
-// duplicates of their own _id.
+// duplicates of their own _id. Each envelope's entry gets the number of
+// its writes applied (entry.written).
 func foldCopies(all []*entry, of map[*entry]*entry) {
 	type tally struct {
-		n, applied int
-		failed     *entry
+		n, applied, written int
+		failed              *entry
 	}
 	t := map[*entry]*tally{}
 	for _, c := range all {
@@ -73,6 +78,7 @@ func foldCopies(all []*entry, of map[*entry]*entry) {
 			t[p] = tl
 		}
 		tl.n++
+		tl.written += c.written
 		if c.out == outReplayed || c.out == outReplayedDup {
 			tl.applied++
 		} else if tl.failed == nil {
@@ -80,6 +86,7 @@ func foldCopies(all []*entry, of map[*entry]*entry) {
 		}
 	}
 	for p, tl := range t {
+		p.written = tl.written
 		if tl.n <= 1 || tl.failed == nil {
 			continue
 		}

@@ -78,6 +78,7 @@ func (r *runner) mark(ctx context.Context, all []*entry) error {
 // count adds one envelope's outcome to c and to the runner's result.
 func (r *runner) count(e *entry, c *Counts) {
 	c.Scanned++
+	c.Written += int64(e.written)
 	switch e.out {
 	case outReplayed, outReplayedDup:
 		c.Replayed++

@@ -40,8 +40,11 @@ type Counts struct {
 	// Refused were not sent because the replay may not run them: a
 	// namespace not named (WithInto) or always refused, a kind of write
 	// not allowed (WithOperations), a multi-document write or a filter
-	// without an _id condition (WithMultiDocument). Left pending with
-	// the reason recorded (replay_reason).
+	// without an _id condition (WithMultiDocument), or a multiplicity
+	// writeguard never stores (envelope.Envelope.MultiplicityProblem:
+	// above envelope.MaxMultiplicity, or above 1 on an insert whose _id
+	// the caller gave). Left pending with the reason recorded
+	// (replay_reason).
 	Refused int64
 	// Held are updates, replaces and deletes whose replay was in flight
 	// when an earlier runner died (not sent again), or whose write failed
@@ -49,6 +52,13 @@ type Counts struct {
 	// target applied them is unknown. Left pending with replay_hold set,
 	// for an operator (see WithIncludeHeld).
 	Held int64
+	// Written is the number of writes this run applied to the target:
+	// the documents inserted and the updates, replaces and deletes run,
+	// an envelope of multiplicity n (envelope.Envelope.Multiplicity)
+	// counting its n copies; a write found there already (a duplicate
+	// of its own _id: ReplayedByDuplicate) is not counted. Replayed
+	// counts envelopes, Written documents.
+	Written int64
 	// Quarantined counts, among StillInvalid, Conflicts and Failed, the
 	// envelopes this run made (or left) quarantined: their failed
 	// replays reached the limit (WithQuarantineAfter).
@@ -324,6 +334,7 @@ func (c *Counts) add(o Counts) {
 	c.Refused += o.Refused
 	c.Held += o.Held
 	c.Quarantined += o.Quarantined
+	c.Written += o.Written
 }
 
 func (r *Result) add(o *Result) {

@@ -64,6 +64,10 @@ type entry struct {
 	// failed (policy.Failure.Ambiguous: a lost reply, a timeout or an
 	// interruption after sending, a write concern error).
 	ambiguous bool
+	// written is the number of writes of the envelope this send applied
+	// (its copies included; one found there already, by its _id, not
+	// counted): Counts.Written.
+	written int
 	// failed is set when the outcome is a failed replay of the envelope
 	// (counted in replay_failures); quarantine when that count reaches
 	// the limit.
@@ -112,6 +116,10 @@ func (r *runner) prepare(ctx context.Context, envs []stored, inFlight map[string
 		}
 		if why := r.guard(envs[i].Namespace, m); why != "" {
 			e.out, e.reason = outRefused, why
+			continue
+		}
+		if why := env.MultiplicityProblem(); why != "" {
+			e.out, e.reason = outRefused, why // never amplified: see withCopies
 			continue
 		}
 		e.model, e.insert = m, insert
@@ -199,6 +207,11 @@ func (r *runner) send(ctx context.Context, group []*entry, writeErr *error) {
 	}
 	classify(group, err)
 	resolveDuplicates(ctx, r.target, group)
+	for _, e := range group {
+		if e.out == outReplayed {
+			e.written = 1 // foldCopies adds an envelope's copies
+		}
+	}
 }
 
 // byCallOptions splits entries into groups of equal call options, in

@@ -22,7 +22,6 @@ import (
 	deadletter "github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
 	"github.com/writeguard/writeguard/jsonschema"
-	"github.com/writeguard/writeguard/mocks/faultproxy"
 	"github.com/writeguard/writeguard/otelhook"
 	"github.com/writeguard/writeguard/policy"
 	"github.com/writeguard/writeguard/replay"
@@ -47,8 +46,15 @@ you name with --into db.collection (repeatable; required with --uri; with
 system.* collection or the dead-letter collection and its side
 collections; it runs inserts only unless --allow update,replace,delete
 says otherwise, and updateMany, deleteMany and filters without an _id
-condition only with --allow-multi. Each envelope refused stays pending
-with the reason recorded (list --json, show) and is counted; exit 3.
+condition only with --allow-multi. An envelope's multiplicity (copies of
+identical inputs) is written only up to 100,000, and only for inserts
+whose _id writeguard assigned; another is refused. Each envelope refused
+stays pending with the reason recorded (list --json, show) and is counted;
+exit 3.
+
+Every envelope the filters select is accounted for: replayed, or left
+pending with its _id and reason (refused, skipped, or undecodable: named
+on stderr). "pending left" counts them all; any left pending: exit 3.
 
 An update, replace or delete whose replay was in flight when its replay
 died (killed, lost connection) may or may not have been applied: the
@@ -215,11 +221,7 @@ func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter 
 		return failure(stderr, "dlq replay", err)
 	}
 	if validator != nil && c.Proxy != nil {
-		var items []faultproxy.ScriptItem
-		for _, g := range st.ByNamespace {
-			items = append(items, faultproxy.Validator(g.Key, validator))
-		}
-		script, err := faultproxy.NewScript(items...)
+		script, err := validatorScript(st.ByNamespace, validator)
 		if err != nil {
 			return usageError(stderr, "dlq replay", "-validator %s: %v", f.validator, err)
 		}
@@ -248,17 +250,21 @@ func dlqReplay(ctx context.Context, c *conn.Conn, dlq *mongo.Collection, filter 
 	if code := rr.report(stdout, outs, left, lerr, runErr); code != exitOK {
 		return code
 	}
-	return replayExit(outs, f.quarantineAfter, stderr)
+	if f.dryRun || lerr != nil {
+		return replayExit(outs, f.quarantineAfter, -1, stderr)
+	}
+	reportUndecodable(stderr, left)
+	return replayExit(outs, f.quarantineAfter, leftPending(left), stderr)
 }
 
 // namespace replays (or dry-runs) the envelopes of one namespace. A
 // non-zero code means stop at once (a usage error was printed).
 func (rr *replayRun) namespace(ctx context.Context, g deadletter.Group) (*replayOut, int, error) {
-	db, coll, ok := strings.Cut(g.Key, ".")
-	if !ok || db == "" || coll == "" {
-		fmt.Fprintf(rr.stderr, "writeguard dlq replay: skipping %s with namespace %q (no collection)\n", plural(g.Envelopes, "envelope"), g.Key)
-		return nil, exitOK, nil
+	if !wellFormedNamespace(g.Key) {
+		out, err := rr.malformed(ctx, g)
+		return out, exitOK, err
 	}
+	db, coll, _ := strings.Cut(g.Key, ".")
 	if why := replay.RefusedNamespace(g.Key, rr.dlq); why != "" || !slices.Contains(rr.into, g.Key) {
 		return rr.refuse(ctx, g, why)
 	}
@@ -381,7 +387,8 @@ func (rr *replayRun) report(stdout io.Writer, outs []replayOut, left deadletter.
 	if rr.f.asJSON {
 		out := map[string]any{"dry_run": rr.f.dryRun, "namespaces": outs}
 		if lerr == nil {
-			out["pending"] = left.Pending
+			out["pending"] = leftPending(left)
+			out["undecodable"] = left.Undecodable
 		}
 		if runErr != nil {
 			out["error"] = scrubbed(runErr.Error())
@@ -392,7 +399,11 @@ func (rr *replayRun) report(stdout io.Writer, outs []replayOut, left deadletter.
 	} else {
 		printReplay(stdout, outs, rr.f, rr.validator)
 		if lerr == nil && !rr.f.dryRun {
-			fmt.Fprintf(stdout, "pending left (this filter): %s\n", n(left.Pending))
+			undecodable := ""
+			if left.Undecodable > 0 {
+				undecodable = fmt.Sprintf(" (%s of them undecodable)", n(left.Undecodable))
+			}
+			fmt.Fprintf(stdout, "pending left (this filter): %s%s\n", n(leftPending(left)), undecodable)
 		}
 	}
 	if runErr != nil {
@@ -401,10 +412,15 @@ func (rr *replayRun) report(stdout io.Writer, outs []replayOut, left deadletter.
 	return exitOK
 }
 
-// replayExit is the exit status of a replay that ran to its end.
-func replayExit(outs []replayOut, quarantineAfter int, stderr io.Writer) int {
-	var still, conflicts, failed, refused, held, quarantined int64
+// replayExit is the exit status of a replay that ran to its end; pending
+// is the number of envelopes of the filter still pending after it
+// (leftPending; -1: unknown, a dry run): any makes it exitCheck, as the
+// exit table says, whatever left them pending (skipped, undecodable,
+// another process's).
+func replayExit(outs []replayOut, quarantineAfter int, pending int64, stderr io.Writer) int {
+	var still, conflicts, failed, refused, held, quarantined, skipped int64
 	for _, o := range outs {
+		skipped += o.Skipped
 		still += o.StillInvalid
 		conflicts += o.Conflicts
 		failed += o.Failed
@@ -413,7 +429,7 @@ func replayExit(outs []replayOut, quarantineAfter int, stderr io.Writer) int {
 		quarantined += o.Quarantined
 	}
 	if refused > 0 {
-		fmt.Fprintf(stderr, "writeguard dlq replay: %s refused (left pending, reason recorded): see -into, -allow, -allow-multi\n", plural(refused, "envelope"))
+		fmt.Fprintf(stderr, "writeguard dlq replay: %s refused (left pending, reason recorded): see the reasons, -into, -allow, -allow-multi\n", plural(refused, "envelope"))
 	}
 	if held > 0 {
 		fmt.Fprintf(stderr, "writeguard dlq replay: %s held: their write was in flight when a replay died; check the target, "+
@@ -427,7 +443,7 @@ func replayExit(outs []replayOut, quarantineAfter int, stderr io.Writer) int {
 	case failed > 0:
 		fmt.Fprintf(stderr, "writeguard dlq replay: %s failed (left pending); run again\n", plural(failed, "envelope"))
 		return exitFail
-	case still > 0 || conflicts > 0 || refused > 0 || held > 0 || quarantined > 0:
+	case still > 0 || conflicts > 0 || refused > 0 || held > 0 || quarantined > 0 || skipped > 0 || pending > 0:
 		return exitCheck
 	}
 	return exitOK
@@ -450,17 +466,22 @@ func printReplay(w io.Writer, outs []replayOut, f dlqFlags, validator bson.D) {
 				o.Namespace, src, n(o.Matched), n(o.WouldPass), n(o.WouldFail), n(o.Undetermined))
 			continue
 		}
+		if !wellFormedNamespace(o.Namespace) {
+			printMalformed(w, o)
+			continue
+		}
 		fmt.Fprintf(w, "replayed %s: %s in %s, %.2fs\n", o.Namespace, plural(o.Scanned, "envelope"), plural(o.Batches, "batch"), o.Elapsed.Seconds())
 		line := func(name string, v int64, note string) {
 			fmt.Fprintf(w, "  %-14s %8s  %s\n", name, n(v), note)
 		}
 		line("replayed", o.Replayed, fmt.Sprintf("written to %s (%s of them were there already)", o.Namespace, n(o.ReplayedByDuplicate)))
+		line("documents", o.Written, "writes applied by this run (an envelope of multiplicity n is n; those there already not counted)")
 		line("still invalid", o.StillInvalid, "rejected again: pending, attempts + 1")
 		line("conflicts", o.Conflicts, "another document holds the key: pending")
 		line("failed", o.Failed, "other errors: pending, run again")
 		line("skipped", o.Skipped, "not replayable as stored (cut, redacted or withheld fields, undecodable): pending, reason recorded")
 		if o.Refused > 0 {
-			line("refused", o.Refused, "not allowed (-into, -allow, -allow-multi): pending, reason recorded")
+			line("refused", o.Refused, "not allowed (-into, -allow, -allow-multi) or inconsistent (multiplicity): pending, reason recorded")
 		}
 		if o.Held > 0 {
 			line("held", o.Held, "in flight when a replay died: pending, for an operator (-include-held)")
