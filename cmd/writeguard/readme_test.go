@@ -37,6 +37,11 @@ var volatile = []struct {
 	{regexp.MustCompile(`\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z`), "<time>"},
 	{regexp.MustCompile(`"(elapsed_seconds|write_seconds)": [0-9.e+-]+`), `"$1": <n>`},
 	{regexp.MustCompile(`\b(\d+h)?(\d+m)?\d+(\.\d+)?(ns|µs|us|ms|s)\b`), "<dur>"},
+	// MongoSink checks its indexes at most every 5 s
+	// (dlq.WithIndexCheckInterval): how many listIndexes a run sends
+	// depends on how long it takes, and so does the commands' total.
+	{regexp.MustCompile(`server commands( +)\d+ = [0-9.]+ per row \(([^)]*)listIndexes \d+\)`), "server commands$1<n> ($2listIndexes <n>)"},
+	{regexp.MustCompile(`"listIndexes": \d+`), `"listIndexes": <n>`},
 }
 
 func maskVolatile(s string) string {
