@@ -29,7 +29,7 @@ type Capture struct {
 	// Failure is the server's verdict on the document (its errInfo, code,
 	// codeName, errmsg and labels are kept); nil keeps none.
 	Failure *policy.Failure
-	// Namespace ("db.coll"), Operation (insertOne, insertMany, bulkWrite)
+	// Namespace ("db.coll"), Operation (the call's name, as Envelope.Operation)
 	// and BatchIndex (the index in the caller's batch) of the write.
 	Namespace  string
 	Operation  string

@@ -131,7 +131,10 @@ type Envelope struct {
 	Labels []string `bson:"labels,omitempty" json:"labels,omitempty"`
 	// Namespace is "<database>.<collection>" of the write's target.
 	Namespace string `bson:"namespace" json:"namespace"`
-	// Operation is the wrapped call: insertOne, insertMany or bulkWrite.
+	// Operation is the wrapped call's command-style name: insertOne,
+	// insertMany, bulkWrite, updateOne, updateMany, replaceOne, deleteOne,
+	// deleteMany, findOneAndUpdate, findOneAndReplace or findOneAndDelete
+	// (the write whose input was dead-lettered; Kind says which model).
 	Operation string `bson:"operation" json:"operation"`
 	// BatchIndex is the document's index in the caller's batch.
 	BatchIndex int `bson:"batch_index" json:"batch_index"`

@@ -147,10 +147,11 @@ func WithBatchSize(n int) Option {
 }
 
 // WithRate limits the replay to docsPerSecond envelopes per second on
-// average (0: no limit, the default), per worker. Batches are then at
-// most docsPerSecond envelopes (at least 1) and are spaced so that the
-// count of envelopes sent never runs ahead of the rate by more than one
-// batch.
+// average (0: no limit, the default), per worker: it counts envelopes,
+// not documents (an envelope of multiplicity n writes n copies, see
+// Counts.Written). Batches are then at most docsPerSecond envelopes (at
+// least 1) and are spaced so that the count of envelopes sent never runs
+// ahead of the rate by more than one batch.
 func WithRate(docsPerSecond float64) Option {
 	return optionFunc(func(c *config) {
 		if docsPerSecond < 0 || math.IsNaN(docsPerSecond) || math.IsInf(docsPerSecond, 0) {

@@ -74,9 +74,11 @@ type Progress struct {
 	Elapsed time.Duration
 }
 
-// Problem describes one envelope that was not replayed for a reason other
-// than validation: a conflict, a failure, a skip, a refusal, a hold, or
-// a quarantine (validation failures included).
+// Problem describes one envelope that was not replayed: a conflict, a
+// failure, a skip, a refusal, a hold, a lost lease, or a quarantine. An
+// envelope still invalid under the target's schema is counted in
+// Counts.StillInvalid, not listed here, unless it is quarantined by that
+// failure (then its Problem's Outcome is "quarantined").
 type Problem struct {
 	// EnvelopeID is the envelope's _id in the DLQ.
 	EnvelopeID bson.RawValue
