@@ -204,6 +204,13 @@ type DLQInfo struct {
 // InsertMany, for the Disposition hook.
 type batchKey struct{}
 
+// finishKey carries, in the context of a batch's finishing call
+// (finishUnknown), the row index of each of its inputs, for the
+// Disposition hook.
+type finishKey struct{}
+
+type finishing struct{ rows []int }
+
 // row dispositions after the run
 type rowOutcome struct {
 	disp     policy.Disposition
@@ -329,12 +336,7 @@ func guardOrders(db *mongo.Database, cfg Config, kind string, out []rowOutcome, 
 	h := hooks.Hooks{
 		// A call that writes everything returns no Report: the hook is
 		// what tells written from already_written then.
-		Disposition: func(ctx context.Context, ev *hooks.Disposition) {
-			if lo, ok := ctx.Value(batchKey{}).(int); ok && lo+ev.Index < len(out) {
-				r := &out[lo+ev.Index]
-				r.hookDisp, r.attempts, r.code, r.batch = ev.Disposition, ev.Attempts, ev.Code, lo
-			}
-		},
+		Disposition: recordDisposition(out),
 		AttemptStarted: func(ctx context.Context, ev *hooks.AttemptStart) context.Context {
 			atomic.AddInt64(&st.attempts, 1)
 			atomic.AddInt64(&st.docsSent, int64(ev.Documents))
@@ -542,6 +544,7 @@ func insertBatch(wctx context.Context, orders *writeguard.Guarded, rows []Row, o
 				r.kwPaths = KeywordPaths(o.Failure.ErrInfo)
 			}
 		}
+		finishUnknown(wctx, orders, out, s, rep)
 	default:
 		for i := s.lo; i < s.hi; i++ {
 			out[i].disp = writeguard.Failed
@@ -563,4 +566,59 @@ func SetupSummary(rep dlq.SetupReport) string {
 		parts = append(parts, p)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// finishUnknown finishes a batch whose call ended with inserts unknown and
+// MaybeWritten (the call gave up while the primary was gone, say, and
+// left their read-back to the call that sends them again), as README's
+// "Finishing a call" does: once, with Report.Remaining's documents and
+// context, so that each is read back on its own _id. It runs only when
+// every input Remaining hands back ended unknown: an exhausted,
+// not_attempted or dead_letter_failed row stays as the first call
+// reported it, for the accounting to judge.
+func finishUnknown(wctx context.Context, orders *writeguard.Guarded, out []rowOutcome, s span, rep *writeguard.Report) {
+	rest := rep.Remaining()
+	if rest.Len() == 0 {
+		return
+	}
+	rowsOf := make([]int, len(rest.Indexes))
+	for k, i := range rest.Indexes {
+		if rep.Outcomes[i].Disposition != writeguard.OutcomeUnknown {
+			return
+		}
+		rowsOf[k] = s.lo + i
+	}
+	fctx, cancel := context.WithTimeout(context.WithValue(wctx, finishKey{}, finishing{rows: rowsOf}), 5*time.Minute)
+	defer cancel()
+	_, err := orders.InsertMany(rest.Context(fctx), rest.Documents, options.InsertMany().SetOrdered(false))
+	var frep *writeguard.Report
+	for k, row := range rowsOf {
+		r := &out[row]
+		switch {
+		case err == nil:
+			r.disp = r.hookDisp
+		case errors.As(err, &frep) && len(frep.Outcomes) == len(rowsOf):
+			r.disp, r.maybe = frep.Outcomes[k].Disposition, frep.Outcomes[k].MaybeWritten
+		default:
+			continue // the first call's unknown stands
+		}
+		if r.disp == "" {
+			r.disp = writeguard.Written
+		}
+	}
+}
+
+// recordDisposition is the Disposition hook that records each row's
+// disposition into out: a batch's call names its first row (batchKey), a
+// finishing call each of its rows (finishKey).
+func recordDisposition(out []rowOutcome) func(ctx context.Context, ev *hooks.Disposition) {
+	return func(ctx context.Context, ev *hooks.Disposition) {
+		if f, ok := ctx.Value(finishKey{}).(finishing); ok && ev.Index < len(f.rows) {
+			r := &out[f.rows[ev.Index]]
+			r.hookDisp, r.attempts, r.code = ev.Disposition, r.attempts+ev.Attempts, ev.Code
+		} else if lo, ok := ctx.Value(batchKey{}).(int); ok && lo+ev.Index < len(out) {
+			r := &out[lo+ev.Index]
+			r.hookDisp, r.attempts, r.code, r.batch = ev.Disposition, ev.Attempts, ev.Code, lo
+		}
+	}
 }
