@@ -110,6 +110,12 @@ type bisection struct {
 	lastSeen      int64   // Engine.health when that failure was read
 	lastBatch     []*item // the documents that failure charged (nil after a half's)
 	isolated      map[*item]bool
+	// healthAt is Engine.health when the server last gave no evidence of
+	// health for the bisection (its start; for a repeated failure, the
+	// earlier failure): a lone rejection is a verdict only past it.
+	healthAt int64
+	doubtAt  int  // c.attempts of the first unproven lone rejection (0: none)
+	refused  bool // the server refused every command: no more bisection
 }
 
 // maxRestarts bounds the start-overs of one call: a start-over needs a
@@ -388,13 +394,17 @@ func (c *Call) maybeBisect(batch []*item, whole *policy.Failure) {
 	suspect := poisonSuspect(whole, c.e.cfg.Classifier.Classify(*whole))
 	seen := c.e.health.Load()
 	repeated := kind == b.lastKind && seen > b.lastSeen
-	earlier := b.lastBatch
+	earlier, healthAt := b.lastBatch, seen
+	if repeated {
+		healthAt = b.lastSeen // the server executed a command since
+	}
 	b.lastKind, b.lastSeen, b.lastBatch = kind, seen, batch
-	if !suspect.possible || !(suspect.deterministic || repeated) || b.left <= 0 {
+	if !suspect.possible || !(suspect.deterministic || repeated) || b.left <= 0 || b.refused {
 		return
 	}
 	if cand := liveOf(batch); len(cand) >= 2 {
 		b.active, b.suspect, b.root, b.kind, b.resent = true, cand, cand, kind, 0
+		b.healthAt, b.doubtAt = healthAt, 0
 		b.deterministic = suspect.deterministic
 		// The failures that proved a poison (this one, and the earlier
 		// one of the same kind it repeats) were the poison's commands:
@@ -429,7 +439,11 @@ const RuleBisect = "bisect"
 func (c *Call) bisectDecision(v verdict) (Decision, bool) {
 	c.bisectInit()
 	f := v.fail
-	if f != c.ext.whole || c.ext.wholeN < 2 || v.proof != policy.NotApplied || c.ext.bis.left <= 0 {
+	if f != c.ext.whole || v.proof != policy.NotApplied || c.refusedAll() {
+		return Decision{}, false
+	}
+	lone := c.ext.wholeN == 1 && c.ext.bis.doubtAt == c.attempts
+	if c.ext.wholeN < 2 && !lone || c.ext.bis.left <= 0 {
 		return Decision{}, false
 	}
 	if s := poisonSuspect(f, c.e.cfg.Classifier.Classify(*f)); !s.deterministic {

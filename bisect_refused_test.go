@@ -1,0 +1,132 @@
+package writeguard_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/writeguard/writeguard"
+	"github.com/writeguard/writeguard/mocks"
+)
+
+// refusedCall runs an InsertMany of n documents (prefix+index) against
+// fake, with the fixture's sink, and returns its Report, the commands the
+// server received and the documents they carried.
+func refusedCall(t *testing.T, fake *mocks.Fake, prefix string, n int, ordered bool) (*writeguard.Report, *fixture, int, int) {
+	t.Helper()
+	fx := newFixture(t, fake)
+	docs := make([]any, n)
+	for i := range docs {
+		docs[i] = bson.D{{Key: "_id", Value: fmt.Sprintf("%s%03d", prefix, i)}, {Key: "n", Value: int32(i)}}
+	}
+	_, err := fx.g.InsertMany(ctx, docs, options.InsertMany().SetOrdered(ordered))
+	var r *writeguard.Report
+	if !errors.As(err, &r) {
+		t.Fatalf("err = %v, want a Report", err)
+	}
+	checkOutcomes(t, r)
+	sent := 0
+	for _, c := range fake.Calls() {
+		sent += c.Models
+	}
+	return r, fx, len(fake.Calls()), sent
+}
+
+// everyCommand returns n scripted faults answering reply.
+func everyCommand(reply string, n int) []mocks.Fault {
+	out := make([]mocks.Fault, n)
+	for i := range out {
+		out[i] = mocks.Reply(reply)
+	}
+	return out
+}
+
+// B2 (first-time user's trial): a server that refuses every insert
+// command as a whole with a per-document code (2 BadValue, 14
+// TypeMismatch) proves nothing about any document: no command succeeds,
+// so the bisection's lone rejections are no verdict. No document is
+// dead-lettered or claimed invalid; each ends failed (not_retried, never
+// written); the call stops bisecting after the narrowing, the rest once,
+// and the lone document once more: at most 1 + BisectBound(200) + 2
+// commands and 3.5 documents sent per input (it was 89 commands and
+// 4,435 documents).
+func TestBisectNoVerdictWhenEveryCommandFails(t *testing.T) {
+	replies := map[string]string{
+		"2":  `{"ok":0,"code":2,"codeName":"BadValue","errmsg":"bad value"}`,
+		"14": `{"ok":0,"code":14,"codeName":"TypeMismatch","errmsg":"type mismatch"}`,
+	}
+	for code, reply := range replies {
+		for _, ordered := range []bool{false, true} {
+			t.Run(fmt.Sprintf("code=%s/ordered=%v", code, ordered), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					fake := mocks.NewFake("db.b2").Script(everyCommand(reply, 1000)...)
+					r, fx, cmds, sent := refusedCall(t, fake, "r", 200, ordered)
+					if len(fx.sink.Envelopes()) != 0 || r.Count(writeguard.DeadLettered) != 0 {
+						t.Errorf("%d dead-lettered, counts %v: a refused command is no verdict", len(fx.sink.Envelopes()), r.Counts())
+					}
+					for _, o := range r.Outcomes {
+						ok := o.Disposition == writeguard.Failed || o.Disposition == writeguard.Exhausted
+						if !ok || o.MaybeWritten || o.Reason == writeguard.ReasonNone {
+							t.Fatalf("input %d: %s maybe=%v reason=%v: want failed or exhausted, never written, with a reason", o.Index, o.Disposition, o.MaybeWritten, o.Reason)
+						}
+					}
+					if len(fake.Docs()) != 0 {
+						t.Errorf("%d stored", len(fake.Docs()))
+					}
+					if max := 1 + 9 + 2; cmds > max {
+						t.Errorf("%d commands, want at most %d", cmds, max)
+					}
+					if sent > 700 {
+						t.Errorf("%d documents sent for 200 inputs, want at most 700", sent)
+					}
+					t.Logf("%d commands, %d documents sent, counts %v", cmds, sent, r.Counts())
+				})
+			})
+		}
+	}
+}
+
+// B2's contrast: real poison documents are still isolated cheaply, the
+// first one included (its narrowing meets no success: the rest, sent
+// first, proves the server healthy, then the poison alone is its own
+// verdict): dead-lettered, the others written.
+func TestBisectPoisonStillIsolated(t *testing.T) {
+	badValue := `{"ok":0,"code":2,"codeName":"BadValue","errmsg":"bad value"}`
+	cases := []struct {
+		poisons []int
+		reply   string
+		maxCmds int
+	}{
+		{[]int{57}, badValue, 11},
+		{[]int{0}, badValue, 11},
+		{[]int{199}, badValue, 11},
+		{[]int{3, 100, 199}, tooLarge, 30},
+	}
+	for _, cs := range cases {
+		t.Run(fmt.Sprint(cs.poisons), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := mocks.NewFake("db.b2p")
+				for _, p := range cs.poisons {
+					fake.Poison(fmt.Sprintf("p%03d", p), mocks.Reply(cs.reply))
+				}
+				r, _, cmds, sent := refusedCall(t, fake, "p", 200, false)
+				if r.Count(writeguard.DeadLettered) != len(cs.poisons) || r.Count(writeguard.Written) != 200-len(cs.poisons) {
+					t.Errorf("counts %v: want the poisons dead-lettered, the others written", r.Counts())
+				}
+				for _, p := range cs.poisons {
+					if d := r.Outcomes[p].Disposition; d != writeguard.DeadLettered {
+						t.Errorf("poison %d: %s", p, d)
+					}
+				}
+				if cmds > cs.maxCmds {
+					t.Errorf("%d commands, want at most %d", cmds, cs.maxCmds)
+				}
+				t.Logf("%d commands, %d documents sent", cmds, sent)
+			})
+		})
+	}
+}
