@@ -130,3 +130,28 @@ func TestBisectPoisonStillIsolated(t *testing.T) {
 		})
 	}
 }
+
+// C4 (first-time user's trial): an input that ends unknown after a
+// whole-command error of the Unknown class (1 InternalError, an unknown
+// code), read back and not found, says why in Outcome.Reason:
+// not_retried (ReasonNone is only for stored or handled inputs).
+func TestUnknownClassOutcomeReason(t *testing.T) {
+	replies := map[string]string{
+		"1":      `{"ok":0,"code":1,"codeName":"InternalError","errmsg":"internal"}`,
+		"424242": `{"ok":0,"code":424242,"codeName":"Whatever","errmsg":"whatever"}`,
+	}
+	for code, reply := range replies {
+		t.Run(code, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := mocks.NewFake("db.c4").Script(everyCommand(reply, 100)...)
+				r, _, cmds, _ := refusedCall(t, fake, "u", 20, false)
+				for _, o := range r.Outcomes {
+					if o.Disposition == writeguard.Written || o.Reason != writeguard.ReasonNotRetried {
+						t.Fatalf("input %d: %s reason=%q, want unstored with reason not_retried", o.Index, o.Disposition, o.Reason)
+					}
+				}
+				t.Logf("%d commands, counts %v", cmds, r.Counts())
+			})
+		})
+	}
+}
