@@ -18,7 +18,8 @@ import (
 // half), until one document is left. That document is then sent alone,
 // always (it is isolated): its failure is now its own, and it earns the
 // disposition of that failure (a per-document verdict on a command of one
-// statement is dead-lettered: oneStatement; a failure that keeps
+// statement is dead-lettered: oneStatement, once the server has shown
+// itself healthy since the bisection started: bisectproof.go; a failure that keeps
 // recurring ends exhausted or unknown after its own attempts, read back
 // first when it is an insert that may have been applied). The other
 // documents are written without it.
