@@ -115,8 +115,9 @@ type bisection struct {
 	// health for the bisection (its start; for a repeated failure, the
 	// earlier failure): a lone rejection is a verdict only past it.
 	healthAt int64
-	doubtAt  int  // c.attempts of the first unproven lone rejection (0: none)
-	refused  bool // the server refused every command: no more bisection
+	doubtAt  int   // c.attempts of the first unproven lone rejection (0: none)
+	doubted  *item // the document of that rejection, until convicted
+	refused  bool  // the server refused every command: no more bisection
 }
 
 // maxRestarts bounds the start-overs of one call: a start-over needs a
@@ -137,6 +138,9 @@ func (c *Call) narrow(batch []*item) []*item {
 	b.sentHalf = false
 	if len(batch) <= 1 {
 		return batch
+	}
+	if p, ok := c.probe(batch); ok {
+		return p
 	}
 	if c.ordered && b.isolated[batch[0]] {
 		return batch[:1]
@@ -222,6 +226,7 @@ func (c *Call) observe(batch []*item, err error) {
 	if whole == nil && err == nil || whole == nil && len(batch) > 0 {
 		c.e.health.Add(1) // the server executed the command
 	}
+	c.convict() // bisectproof.go
 	if v := b.verify; v != nil && len(batch) == 1 && batch[0] == v {
 		c.observeVerify(v, whole)
 		return

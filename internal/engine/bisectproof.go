@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/writeguard/writeguard/policy"
+
 // What a bisection must see before a lone rejection is a verdict (B2 of
 // the first-time user's trial).
 //
@@ -16,30 +18,37 @@ package engine
 // whole-command failure is never a verdict on the documents).
 //
 // So the first unproven lone rejection (doubtAt) keeps its document for
-// the bisection (isolated, sent after the others: an unordered write
-// sends the rest first, and their success proves the server healthy,
-// after which the lone document's next rejection is its verdict). If the
-// next command fails too while nothing was executed, the server refused
+// the bisection (doubted, isolated, sent after the others: an unordered
+// write sends the rest first; an ordered one, when the doubted document
+// is first, the documents after it: probe). Their execution proves the
+// server healthy, and the doubted document gets the verdict of its lone
+// rejection without another command (convict). If the next command fails
+// too while nothing was executed, the server refused
 // every command: the call stops bisecting for good (refused), and each
 // document ends as Route says of a whole-command failure (an Invalid or
 // Conflict class there is Unknown: failed, not_retried, MaybeWritten
 // false since the command was refused), never dead-lettered as invalid.
 // The cost is bounded: the narrowing's log2(n)+1 commands, the rest once,
-// the lone document once more.
+// and, when the rest fails too, the lone document once more.
 
 // healthSince reports whether the server executed a command of this
 // Guarded (Engine.health) since the bisection last lacked that evidence.
 func (c *Call) healthSince() bool { return c.e.health.Load() > c.ext.bis.healthAt }
 
-// loneVerdict reports whether the whole-command failure of batch may be
-// read as its one statement's verdict (oneStatement): always, unless
-// batch is one document the bisection sent alone (a half of one, or an
-// isolated document) or the call found every command refused, while the
-// server has executed nothing since the bisection started. The first such
-// rejection is recorded (doubtAt).
-func (c *Call) loneVerdict(batch []*item) bool {
+// loneVerdict reports whether whole, the whole-command failure of batch,
+// may be read as its one statement's verdict (oneStatement): always,
+// unless it is a rejection oneStatement would read so (a command
+// rejection of class Invalid or Conflict) of one document the bisection
+// sent alone (a half of one, or an isolated document), or of any lone
+// document once the call found every command refused, while the server
+// has executed nothing since the bisection started. The first such
+// rejection is recorded (doubtAt, doubted).
+func (c *Call) loneVerdict(batch []*item, whole *policy.Failure) bool {
 	b := &c.ext.bis
-	if len(batch) != 1 || c.healthSince() {
+	if len(batch) != 1 || c.healthSince() || whole.Shape != policy.ShapeCommandRejected {
+		return true
+	}
+	if cl := c.e.cfg.Classifier.Classify(*whole); cl != policy.Invalid && cl != policy.Conflict {
 		return true
 	}
 	if !b.refused && !b.sentHalf && !b.isolated[batch[0]] {
@@ -48,7 +57,50 @@ func (c *Call) loneVerdict(batch []*item) bool {
 	if b.doubtAt == 0 {
 		b.doubtAt = c.attempts
 	}
+	if !b.refused {
+		b.doubted = batch[0]
+	}
 	return false
+}
+
+// probe returns the documents an ordered write sends when its first
+// waiting document is the doubted one (its lone rejection unproven):
+// those after it in the window, whose execution proves the server
+// healthy and convicts it (convict). Only when its verdict will be
+// handled (Invalid, with a sink: parked, as any dead-lettered document
+// of an ordered write is before the documents after it are written);
+// otherwise it goes alone again, and its rejection, still unproven, ends
+// the bisection (refusedAll).
+func (c *Call) probe(batch []*item) ([]*item, bool) {
+	b := &c.ext.bis
+	d := b.doubted
+	if !c.ordered || d == nil || b.refused || batch[0] != d || c.e.cfg.Sink == nil || d.class != policy.Invalid {
+		return nil, false
+	}
+	return batch[1:], true
+}
+
+// convict gives the doubted document the verdict of its lone rejection
+// (what oneStatement and Route make of it: dead-lettered, or the conflict
+// handler) once the server has executed a command since the bisection
+// started: it was refused alone while the server accepted others.
+func (c *Call) convict() {
+	b := &c.ext.bis
+	d := b.doubted
+	if d == nil || b.refused || !c.healthSince() {
+		return
+	}
+	b.doubted = nil
+	if !d.live() || d.fail == nil || d.fail.Shape != policy.ShapeCommandRejected {
+		return
+	}
+	if d.state == retrying {
+		d.to(pending)
+	}
+	f := *d.fail
+	var td todo
+	c.apply(d, c.decide(c.ctx, d, verdict{fail: &f, proof: policy.NotApplied, sent: true}), &td)
+	c.carryOut(c.ctx, &td, "", nil)
 }
 
 // refusedAll reports whether the server has refused every command since

@@ -43,7 +43,7 @@ func (c *Call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 			whole = f
 		}
 	}
-	if whole != nil && c.loneVerdict(batch) && c.oneStatement(batch, whole) {
+	if whole != nil && c.loneVerdict(batch, whole) && c.oneStatement(batch, whole) {
 		perDoc[0], whole = whole, nil
 	}
 	c.ext.whole, c.ext.wholeN = whole, len(batch)
