@@ -83,10 +83,12 @@
 // A lone document's whole-command rejection during a bisection (a half of
 // one, or an isolated document sent alone) is its verdict only when the
 // server executed a command of this Guarded since the bisection started
-// (Engine.health past bisection.healthAt). Otherwise it is kept, the
-// others go first, and if they fail too the server refused every command:
-// the call stops bisecting (refused) and Route decides (a whole-command
-// failure: never a verdict). See bisectproof.go (trial finding B2).
+// (Engine.health past bisection.healthAt). Otherwise it is kept
+// (doubted), the others go first (probe, for an ordered write), and once
+// they are executed the rejection is its verdict (convict); if they fail
+// too the server refused every command: the call stops bisecting
+// (refused) and Route decides (a whole-command failure: never a verdict).
+// See bisectproof.go (trial finding B2).
 //
 // # One state per document (state.go)
 //
