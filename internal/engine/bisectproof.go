@@ -40,7 +40,8 @@ func (c *Call) healthSince() bool { return c.e.health.Load() > c.ext.bis.healthA
 // unless it is a rejection oneStatement would read so (a command
 // rejection of class Invalid or Conflict) of one document the bisection
 // sent alone (a half of one, or an isolated document), or of any lone
-// document once the call found every command refused, while the server
+// document while one is doubted or once the call found every command
+// refused, while the server
 // has executed nothing since the bisection started. The first such
 // rejection is recorded (doubtAt, doubted).
 func (c *Call) loneVerdict(batch []*item, whole *policy.Failure) bool {
@@ -51,13 +52,13 @@ func (c *Call) loneVerdict(batch []*item, whole *policy.Failure) bool {
 	if cl := c.e.cfg.Classifier.Classify(*whole); cl != policy.Invalid && cl != policy.Conflict {
 		return true
 	}
-	if !b.refused && !b.sentHalf && !b.isolated[batch[0]] {
+	if !b.refused && b.doubted == nil && !b.sentHalf && !b.isolated[batch[0]] {
 		return true
 	}
 	if b.doubtAt == 0 {
 		b.doubtAt = c.attempts
 	}
-	if !b.refused {
+	if !b.refused && b.doubted == nil {
 		b.doubted = batch[0]
 	}
 	return false
