@@ -114,10 +114,12 @@ type bisection struct {
 	// healthAt is Engine.health when the server last gave no evidence of
 	// health for the bisection (its start; for a repeated failure, the
 	// earlier failure): a lone rejection is a verdict only past it.
-	healthAt int64
-	doubtAt  int   // c.attempts of the first unproven lone rejection (0: none)
-	doubted  *item // the document of that rejection, until convicted
-	refused  bool  // the server refused every command: no more bisection
+	healthAt  int64
+	doubtAt   int   // c.attempts of the first unproven lone rejection (0: none)
+	doubts    int   // unproven lone rejections: a second one ends the bisection (refusedAll)
+	lastDoubt int   // c.attempts of the last one
+	doubted   *item // the document of the first, until convicted
+	refused   bool  // the server refused every command: no more bisection
 }
 
 // maxRestarts bounds the start-overs of one call: a start-over needs a
@@ -140,7 +142,7 @@ func (c *Call) narrow(batch []*item) []*item {
 		return batch
 	}
 	if p, ok := c.probe(batch); ok {
-		return p
+		batch = p
 	}
 	if c.ordered && b.isolated[batch[0]] {
 		return batch[:1]
@@ -410,7 +412,9 @@ func (c *Call) maybeBisect(batch []*item, whole *policy.Failure) {
 	}
 	if cand := liveOf(batch); len(cand) >= 2 {
 		b.active, b.suspect, b.root, b.kind, b.resent = true, cand, cand, kind, 0
-		b.healthAt, b.doubtAt = healthAt, 0
+		if b.doubted == nil {
+			b.healthAt, b.doubtAt, b.doubts = healthAt, 0, 0
+		}
 		b.deterministic = suspect.deterministic
 		// The failures that proved a poison (this one, and the earlier
 		// one of the same kind it repeats) were the poison's commands:

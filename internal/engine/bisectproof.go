@@ -22,14 +22,17 @@ import "github.com/writeguard/writeguard/policy"
 // write sends the rest first; an ordered one, when the doubted document
 // is first, the documents after it: probe). Their execution proves the
 // server healthy, and the doubted document gets the verdict of its lone
-// rejection without another command (convict). If the next command fails
-// too while nothing was executed, the server refused
+// rejection without another command (convict). If the others fail too,
+// they are narrowed down in turn (they may hold a poison of their own); if
+// that narrowing also ends at a lone document while nothing was executed,
+// the server refused
 // every command: the call stops bisecting for good (refused), and each
 // document ends as Route says of a whole-command failure (an Invalid or
 // Conflict class there is Unknown: failed, not_retried, MaybeWritten
 // false since the command was refused), never dead-lettered as invalid.
-// The cost is bounded: the narrowing's log2(n)+1 commands, the rest once,
-// and, when the rest fails too, the lone document once more.
+// The cost is bounded: two narrowings of log2(n)+1 commands, the others
+// once, and, when they fail too, what is left once more and the doubted
+// document once more.
 
 // healthSince reports whether the server executed a command of this
 // Guarded (Engine.health) since the bisection last lacked that evidence.
@@ -58,6 +61,9 @@ func (c *Call) loneVerdict(batch []*item, whole *policy.Failure) bool {
 	if b.doubtAt == 0 {
 		b.doubtAt = c.attempts
 	}
+	if c.attempts != b.lastDoubt {
+		b.doubts, b.lastDoubt = b.doubts+1, c.attempts
+	}
 	if !b.refused && b.doubted == nil {
 		b.doubted = batch[0]
 	}
@@ -75,7 +81,7 @@ func (c *Call) loneVerdict(batch []*item, whole *policy.Failure) bool {
 func (c *Call) probe(batch []*item) ([]*item, bool) {
 	b := &c.ext.bis
 	d := b.doubted
-	if !c.ordered || d == nil || b.refused || batch[0] != d || c.e.cfg.Sink == nil || d.class != policy.Invalid {
+	if !c.ordered || d == nil || b.refused || len(batch) < 2 || batch[0] != d || c.e.cfg.Sink == nil || d.class != policy.Invalid {
 		return nil, false
 	}
 	return batch[1:], true
@@ -105,15 +111,16 @@ func (c *Call) convict() {
 }
 
 // refusedAll reports whether the server has refused every command since
-// the bisection started, an unproven lone rejection (doubtAt) and a later
-// command included; the first time, it ends the call's bisection for
+// the bisection started, two lone documents included (doubts: the doubted
+// one, and another the narrowing of the others found, or the doubted one
+// sent alone again); the first time, it ends the call's bisection for
 // good: no half, no isolated document, no new start.
 func (c *Call) refusedAll() bool {
 	b := &c.ext.bis
 	if b.refused {
 		return true
 	}
-	if b.doubtAt == 0 || c.attempts <= b.doubtAt || c.healthSince() {
+	if b.doubts < 2 || c.healthSince() {
 		return false
 	}
 	b.refused, b.active, b.sentHalf, b.verify, b.isolated, b.left = true, false, false, nil, nil, 0
