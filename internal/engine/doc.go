@@ -85,10 +85,11 @@
 // server executed a command of this Guarded since the bisection started
 // (Engine.health past bisection.healthAt). Otherwise it is kept
 // (doubted), the others go first (probe, for an ordered write), and once
-// they are executed the rejection is its verdict (convict); if they fail
-// too the server refused every command: the call stops bisecting
-// (refused) and Route decides (a whole-command failure: never a verdict).
-// See bisectproof.go (trial finding B2).
+// one is executed the rejection is its verdict (convict); if they fail
+// too they are narrowed down in turn, and a second unproven lone
+// rejection means the server refused every command: the call stops
+// bisecting (refused) and Route decides (a whole-command failure: never a
+// verdict). See bisectproof.go (trial finding B2).
 //
 // # One state per document (state.go)
 //
