@@ -20,13 +20,13 @@ import "github.com/writeguard/writeguard/policy"
 // So the first unproven lone rejection (doubtAt) keeps its document for
 // the bisection (doubted, isolated, sent after the others: an unordered
 // write sends the rest first; an ordered one, when the doubted document
-// is first, the documents after it: probe). Their execution proves the
-// server healthy, and the doubted document gets the verdict of its lone
-// rejection without another command (convict). If the others fail too,
-// they are narrowed down in turn (they may hold a poison of their own); if
-// that narrowing also ends at a lone document while nothing was executed,
-// the server refused
-// every command: the call stops bisecting for good (refused), and each
+// is first, the documents after it: probe). The execution of any of them
+// proves the server healthy, and the doubted document gets the verdict
+// of its lone rejection without another command (convict). If the others
+// fail too, they are narrowed down in turn (they may hold a poison of
+// their own); if that narrowing also ends at a lone document while
+// nothing was executed, the server refused every command (doubts: 2):
+// the call stops bisecting for good (refused), and each
 // document ends as Route says of a whole-command failure (an Invalid or
 // Conflict class there is Unknown: failed, not_retried, MaybeWritten
 // false since the command was refused), never dead-lettered as invalid.
