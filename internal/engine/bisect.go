@@ -18,7 +18,8 @@ import (
 // half), until one document is left. That document is then sent alone,
 // always (it is isolated): its failure is now its own, and it earns the
 // disposition of that failure (a per-document verdict on a command of one
-// statement is dead-lettered: oneStatement; a failure that keeps
+// statement is dead-lettered: oneStatement, once the server has shown
+// itself healthy since the bisection started: bisectproof.go; a failure that keeps
 // recurring ends exhausted or unknown after its own attempts, read back
 // first when it is an insert that may have been applied). The other
 // documents are written without it.
@@ -110,6 +111,15 @@ type bisection struct {
 	lastSeen      int64   // Engine.health when that failure was read
 	lastBatch     []*item // the documents that failure charged (nil after a half's)
 	isolated      map[*item]bool
+	// healthAt is Engine.health when the server last gave no evidence of
+	// health for the bisection (its start; for a repeated failure, the
+	// earlier failure): a lone rejection is a verdict only past it.
+	healthAt  int64
+	doubtAt   int   // c.attempts of the first unproven lone rejection (0: none)
+	doubts    int   // unproven lone rejections: a second one ends the bisection (refusedAll)
+	lastDoubt int   // c.attempts of the last one
+	doubted   *item // the document of the first, until convicted
+	refused   bool  // the server refused every command: no more bisection
 }
 
 // maxRestarts bounds the start-overs of one call: a start-over needs a
@@ -130,6 +140,9 @@ func (c *Call) narrow(batch []*item) []*item {
 	b.sentHalf = false
 	if len(batch) <= 1 {
 		return batch
+	}
+	if p, ok := c.probe(batch); ok {
+		batch = p
 	}
 	if c.ordered && b.isolated[batch[0]] {
 		return batch[:1]
@@ -215,6 +228,7 @@ func (c *Call) observe(batch []*item, err error) {
 	if whole == nil && err == nil || whole == nil && len(batch) > 0 {
 		c.e.health.Add(1) // the server executed the command
 	}
+	c.convict() // bisectproof.go
 	if v := b.verify; v != nil && len(batch) == 1 && batch[0] == v {
 		c.observeVerify(v, whole)
 		return
@@ -388,13 +402,19 @@ func (c *Call) maybeBisect(batch []*item, whole *policy.Failure) {
 	suspect := poisonSuspect(whole, c.e.cfg.Classifier.Classify(*whole))
 	seen := c.e.health.Load()
 	repeated := kind == b.lastKind && seen > b.lastSeen
-	earlier := b.lastBatch
+	earlier, healthAt := b.lastBatch, seen
+	if repeated {
+		healthAt = b.lastSeen // the server executed a command since
+	}
 	b.lastKind, b.lastSeen, b.lastBatch = kind, seen, batch
-	if !suspect.possible || !(suspect.deterministic || repeated) || b.left <= 0 {
+	if !suspect.possible || !(suspect.deterministic || repeated) || b.left <= 0 || b.refused {
 		return
 	}
 	if cand := liveOf(batch); len(cand) >= 2 {
 		b.active, b.suspect, b.root, b.kind, b.resent = true, cand, cand, kind, 0
+		if b.doubted == nil {
+			b.healthAt, b.doubtAt, b.doubts = healthAt, 0, 0
+		}
 		b.deterministic = suspect.deterministic
 		// The failures that proved a poison (this one, and the earlier
 		// one of the same kind it repeats) were the poison's commands:
@@ -429,7 +449,11 @@ const RuleBisect = "bisect"
 func (c *Call) bisectDecision(v verdict) (Decision, bool) {
 	c.bisectInit()
 	f := v.fail
-	if f != c.ext.whole || c.ext.wholeN < 2 || v.proof != policy.NotApplied || c.ext.bis.left <= 0 {
+	if f != c.ext.whole || v.proof != policy.NotApplied || c.refusedAll() {
+		return Decision{}, false
+	}
+	lone := c.ext.wholeN == 1 && c.ext.bis.doubtAt == c.attempts
+	if c.ext.wholeN < 2 && !lone || c.ext.bis.left <= 0 {
 		return Decision{}, false
 	}
 	if s := poisonSuspect(f, c.e.cfg.Classifier.Classify(*f)); !s.deterministic {

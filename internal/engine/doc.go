@@ -49,6 +49,7 @@
 //	carryOut       state.go      readBackAll (readback.go), conflicts (conflict.go), park (deadletter.go)
 //	stopOrdered    state.go      an ordered write ends after its first unhandled document: giveUp
 //	observe        bisect.go     start, narrow or end a bisection from what the attempt proved
+//	loneVerdict    bisectproof.go a lone rejection is a verdict only once the server showed health
 //	scheduleRetry  retry.go      attempt limit (AttemptLimit), MaxElapsed, retry budget, backoff
 //	                             wait; what may not go again: giveUp (GiveUp)
 //	flush          deadletter.go parked -> one gathered sink Put -> done (side.go retries it)
@@ -78,6 +79,17 @@
 // BisectBound(n) failing halves per bisection, isolation, find or
 // start-over; halves that settled statements are bounded by the number of
 // documents (CASES C66, C72).
+//
+// A lone document's whole-command rejection during a bisection (a half of
+// one, or an isolated document sent alone) is its verdict only when the
+// server executed a command of this Guarded since the bisection started
+// (Engine.health past bisection.healthAt). Otherwise it is kept
+// (doubted), the others go first (probe, for an ordered write), and once
+// one is executed the rejection is its verdict (convict); if they fail
+// too they are narrowed down in turn, and a second unproven lone
+// rejection means the server refused every command: the call stops
+// bisecting (refused) and Route decides (a whole-command failure: never a
+// verdict). See bisectproof.go (trial finding B2).
 //
 // # One state per document (state.go)
 //

@@ -43,7 +43,7 @@ func (c *Call) verdicts(batch []*item, fails []policy.Failure) []verdict {
 			whole = f
 		}
 	}
-	if whole != nil && c.oneStatement(batch, whole) {
+	if whole != nil && c.loneVerdict(batch, whole) && c.oneStatement(batch, whole) {
 		perDoc[0], whole = whole, nil
 	}
 	c.ext.whole, c.ext.wholeN = whole, len(batch)
@@ -144,6 +144,7 @@ func (c *Call) route(ctx context.Context, batch []*item, fails []policy.Failure)
 	c.carryOut(ctx, &td, "", c.maybeInserts(batch))
 	if len(td.readBackEnd) > 0 {
 		c.carryOut(ctx, &todo{readBack: td.readBackEnd}, ReadBackFallback(), nil)
+		notRetried(td.readBackEnd)
 	}
 	if c.hint != "" {
 		c.giveUp(ctx, c.rest(ctx), StopConfiguration)
@@ -225,4 +226,17 @@ func (c *Call) maybeInserts(batch []*item) []*item {
 		}
 	}
 	return out
+}
+
+// notRetried gives ReasonNotRetried to the documents of its, read back
+// because their failure is never retried (RuleReadBackStopping), that
+// ended unstored and not in a conflict (unknown: nothing found): their
+// Outcome.Reason says why they ended so (ReasonNone is for stored or
+// handled inputs and conflicts; trial finding C4).
+func notRetried(its []*item) {
+	for _, it := range its {
+		if it.state == done && it.reason == ReasonNone && !it.disp.Stored() && !it.disp.IsConflict() && !it.disp.Handled() {
+			it.reason = ReasonNotRetried
+		}
+	}
 }
