@@ -33,23 +33,7 @@ func TestMonitorRealDriverNoWritesPerformed(t *testing.T) {
 			script := faultproxy.MustScript(faultproxy.On("update").Do(faultproxy.ErrorReply(faultproxy.CommandError{
 				Code: 10107, CodeName: "NotWritablePrimary", Labels: []string{"NoWritesPerformed"},
 			})))
-			p, err := faultproxy.New(faultproxy.WithReplicaSet("rs0"), faultproxy.WithScript(script))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := p.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
-			opts := options.Client().ApplyURI(p.URI())
-			if mon {
-				opts.SetMonitor(writeguard.Monitor(nil))
-			}
-			client, err := mongo.Connect(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = client.Disconnect(ctx) }()
+			p, client := proxyClient(t, script, mon)
 			rec := &mocks.Recorder{}
 			g, err := writeguard.Wrap(client.Database("db").Collection("acct"), writeguard.WithHooks(rec.Hooks()),
 				writeguard.WithBackoff(policy.Backoff{Base: time.Millisecond, Cap: time.Millisecond}))
@@ -92,23 +76,7 @@ func TestMonitorFeedsAdaptiveLimit(t *testing.T) {
 				Code: 462, CodeName: "IngressRequestRateLimitExceeded",
 				Labels: []string{"SystemOverloadedError", "RetryableError"},
 			})))
-			p, err := faultproxy.New(faultproxy.WithReplicaSet("rs0"), faultproxy.WithScript(script))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := p.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
-			opts := options.Client().ApplyURI(p.URI())
-			if mon {
-				opts.SetMonitor(writeguard.Monitor(nil))
-			}
-			client, err := mongo.Connect(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = client.Disconnect(ctx) }()
+			p, client := proxyClient(t, script, mon)
 			var changes []hooks.LimitChange
 			var mu sync.Mutex
 			h := hooks.Hooks{LimitChanged: func(_ context.Context, ev *hooks.LimitChange) {
@@ -138,4 +106,30 @@ func TestMonitorFeedsAdaptiveLimit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// proxyClient starts faultproxy's null backend as a one-member replica set
+// running script, and a client of it, with writeguard.Monitor when mon;
+// both end with the test.
+func proxyClient(t *testing.T, script *faultproxy.Script, mon bool) (*faultproxy.Proxy, *mongo.Client) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := faultproxy.New(faultproxy.WithReplicaSet("rs0"), faultproxy.WithScript(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	opts := options.Client().ApplyURI(p.URI())
+	if mon {
+		opts.SetMonitor(writeguard.Monitor(nil))
+	}
+	client, err := mongo.Connect(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(ctx) })
+	return p, client
 }

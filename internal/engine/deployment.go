@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // Deployment is the kind of server a guarded collection writes to, as its
@@ -86,17 +85,8 @@ const helloTimeout = 2 * time.Second
 // retried, the server may be mongos). It is asked only when a reply's
 // reading depends on it, so at most once per Guarded once known.
 func DeploymentOf(t any) func(ctx context.Context) Deployment {
-	var ask func(context.Context) (bson.Raw, error)
-	switch c := t.(type) {
-	case *mongo.Collection:
-		ask = func(ctx context.Context) (bson.Raw, error) {
-			return c.Database().RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
-		}
-	case interface {
-		Hello(ctx context.Context) (bson.Raw, error)
-	}:
-		ask = c.Hello
-	default:
+	ask := helloOf(t)
+	if ask == nil {
 		return nil
 	}
 	var (

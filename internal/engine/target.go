@@ -87,17 +87,8 @@ func UniqueID(t any, declared *bool) func(context.Context) (bool, error) {
 // asked on its own bounded context (askContext); an error is not cached and
 // gives the defaults for that call.
 func LimitsOf(t any) func(context.Context) Limits {
-	var ask func(context.Context) (bson.Raw, error)
-	switch c := t.(type) {
-	case *mongo.Collection:
-		ask = func(ctx context.Context) (bson.Raw, error) {
-			return c.Database().RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
-		}
-	case interface {
-		Hello(ctx context.Context) (bson.Raw, error)
-	}:
-		ask = c.Hello
-	default:
+	ask := helloOf(t)
+	if ask == nil {
 		return nil
 	}
 	var (
@@ -119,4 +110,21 @@ func LimitsOf(t any) func(context.Context) Limits {
 		}
 		return *known
 	}
+}
+
+// helloOf returns how to ask target t for its hello reply (a
+// *mongo.Collection: the hello command on its database; a t with
+// Hello(ctx) (bson.Raw, error): that method), nil when t cannot be asked.
+func helloOf(t any) func(context.Context) (bson.Raw, error) {
+	switch c := t.(type) {
+	case *mongo.Collection:
+		return func(ctx context.Context) (bson.Raw, error) {
+			return c.Database().RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
+		}
+	case interface {
+		Hello(ctx context.Context) (bson.Raw, error)
+	}:
+		return c.Hello
+	}
+	return nil
 }

@@ -1,6 +1,6 @@
 package e2e
 
-// Cases C67, C69, C70 and C71 (../shared/cases/CASES.md, fourth round):
+// Cases C67, C69, C70 and C71 (the reported cases of the fourth round, restated in each test):
 // what the driver's hidden attempts, a multi update refused midway and a
 // duplicate key met by an update must end as. Each test asserts the
 // correct behaviour the case describes; the faults come from
