@@ -26,15 +26,8 @@ func trialDLQ(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	c, err := conn.Open(ctx, conn.Options{DataDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, db := openDemoDLQ(t, dir)
 	defer c.Close(ctx)
-	db := c.Client.Database(demo.DefaultDatabase)
-	if _, err := deadletter.EnsureCollection(ctx, db, demo.DefaultDLQ); err != nil {
-		t.Fatal(err)
-	}
 	dlq := db.Collection(demo.DefaultDLQ)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	env := func(id string) envelope.Envelope {

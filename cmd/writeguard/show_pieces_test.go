@@ -8,7 +8,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/writeguard/writeguard/cmd/writeguard/internal/conn"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/demo"
 	deadletter "github.com/writeguard/writeguard/dlq"
 	"github.com/writeguard/writeguard/envelope"
@@ -21,14 +20,7 @@ import (
 func TestDLQShowOriginalInPieces(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	c, err := conn.Open(ctx, conn.Options{DataDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := c.Client.Database(demo.DefaultDatabase)
-	if _, err := deadletter.EnsureCollection(ctx, db, demo.DefaultDLQ); err != nil {
-		t.Fatal(err)
-	}
+	c, db := openDemoDLQ(t, dir)
 	orig, err := bson.Marshal(bson.D{{Key: "_id", Value: "huge-1"}, {Key: "blob", Value: strings.Repeat("x", envelope.MaxEnvelopeSize)}})
 	if err != nil {
 		t.Fatal(err)

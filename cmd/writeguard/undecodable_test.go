@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/conn"
 	"github.com/writeguard/writeguard/cmd/writeguard/internal/demo"
@@ -22,15 +23,8 @@ func hostileDLQ(t *testing.T, secret string) string {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	c, err := conn.Open(ctx, conn.Options{DataDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, db := openDemoDLQ(t, dir)
 	defer c.Close(ctx)
-	db := c.Client.Database(demo.DefaultDatabase)
-	if _, err := deadletter.EnsureCollection(ctx, db, demo.DefaultDLQ); err != nil {
-		t.Fatal(err)
-	}
 	dlq := db.Collection(demo.DefaultDLQ)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	var envs []envelope.Envelope
@@ -194,4 +188,22 @@ func TestDLQStatsAndListNameOneProblem(t *testing.T) {
 	if statsField == "" || statsField != items[0].DecodeError.Field {
 		t.Errorf("stats names field %q, list %q: want the same", statsField, items[0].DecodeError.Field)
 	}
+}
+
+// openDemoDLQ starts the embedded server on dir and makes the demo's
+// dead-letter collection there (EnsureCollection); the caller closes the
+// connection before running the command on dir.
+func openDemoDLQ(t *testing.T, dir string) (*conn.Conn, *mongo.Database) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := conn.Open(ctx, conn.Options{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := c.Client.Database(demo.DefaultDatabase)
+	if _, err := deadletter.EnsureCollection(ctx, db, demo.DefaultDLQ); err != nil {
+		_ = c.Close(ctx)
+		t.Fatal(err)
+	}
+	return c, db
 }
