@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -158,9 +159,14 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 				return engine.Inputs{}, err
 			}
 			co, _ := envelope.InsertManyCallOptions(opts...) // a failing builder was returned above
-			docs := make([]any, dv.Len())
-			for i := range docs {
-				docs[i] = dv.Index(i).Interface()
+			var docs []any
+			if s, ok := documents.([]any); ok {
+				docs = slices.Clone(s) // the engine clears its entries as it prepares them
+			} else {
+				docs = make([]any, dv.Len())
+				for i := range docs {
+					docs[i] = dv.Index(i).Interface()
+				}
 			}
 			return engine.Inputs{Ordered: ordered, Docs: docs, CallOptions: co}, nil
 		},

@@ -490,6 +490,9 @@ func (o CallOptions) Document() (bson.Raw, error) {
 // read a guarded call's options into CallOptions (the last setter of each
 // option wins, as in the driver).
 func InsertOneCallOptions(opts ...options.Lister[options.InsertOneOptions]) (CallOptions, error) {
+	if len(opts) == 0 {
+		return CallOptions{}, nil
+	}
 	var o options.InsertOneOptions
 	if err := driveropts.Apply(opts, &o); err != nil {
 		return CallOptions{}, fmt.Errorf("envelope: call options: %w", err)
@@ -499,6 +502,9 @@ func InsertOneCallOptions(opts ...options.Lister[options.InsertOneOptions]) (Cal
 
 // InsertManyCallOptions: see InsertOneCallOptions.
 func InsertManyCallOptions(opts ...options.Lister[options.InsertManyOptions]) (CallOptions, error) {
+	if len(opts) == 0 {
+		return CallOptions{}, nil
+	}
 	var o options.InsertManyOptions
 	if err := driveropts.Apply(opts, &o); err != nil {
 		return CallOptions{}, fmt.Errorf("envelope: call options: %w", err)
@@ -508,6 +514,9 @@ func InsertManyCallOptions(opts ...options.Lister[options.InsertManyOptions]) (C
 
 // BulkWriteCallOptions: see InsertOneCallOptions.
 func BulkWriteCallOptions(opts ...options.Lister[options.BulkWriteOptions]) (CallOptions, error) {
+	if len(opts) == 0 {
+		return CallOptions{}, nil
+	}
 	var o options.BulkWriteOptions
 	if err := driveropts.Apply(opts, &o); err != nil {
 		return CallOptions{}, fmt.Errorf("envelope: call options: %w", err)

@@ -113,7 +113,7 @@ type Inputs struct {
 func (e *Engine) Run(ctx context.Context, s Spec) (Result, error) {
 	in := s.Inputs
 	c := e.newCall(s.Name, in.Ordered, len(in.Docs)+len(in.Models))
-	c.op.Command, c.callOpts, c.idempotent, c.send = in.Command, in.CallOptions, s.Idempotent, c.wrapSend(s.Send)
+	c.op.Command, c.callOpts, c.idempotent, c.send = in.Command, in.CallOptions, s.Idempotent, s.Send
 	if in.Docs != nil {
 		c.takeDocs(in.Docs)
 	} else if err := c.prepareModels(in.Models); err != nil {
@@ -181,10 +181,13 @@ type Call struct {
 	// copies counts, per fingerprint, the identical inputs of this call
 	// handed to the sink so far (collapse, deadletter.go).
 	copies map[string]int
-	window int     // ordered: documents per attempt (0: all pending)
-	stops  int     // ordered: passes that stopped at a rejected document (window.go)
-	offset int     // position of the current command's first statement in its pass
-	lim    *Limits // the server's limits, once asked (commands.go)
+	window int        // ordered: documents per attempt (0: all pending)
+	stops  int        // ordered: passes that stopped at a rejected document (window.go)
+	offset int        // position of the current command's first statement in its pass
+	oneCmd [1][]*item // commands' answer for a batch of one statement, kept in the call
+	lim    Limits     // the server's limits, once asked (limAsked; commands.go)
+	// limAsked: lim holds the server's limits (asked once per call).
+	limAsked bool
 	// noUniqueID: _id is not unique where the documents land (asked of
 	// Config.UniqueID once, when an insert may have been applied).
 	noUniqueID, uniqueAsked bool

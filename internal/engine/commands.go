@@ -104,7 +104,8 @@ func ParseHello(reply bson.Raw) Limits {
 // bytes. A single statement is always a command of its own.
 func (c *Call) commands(ctx context.Context, batch []*item) [][]*item {
 	if len(batch) == 1 {
-		return [][]*item{batch}
+		c.oneCmd[0] = batch
+		return c.oneCmd[:]
 	}
 	lim := c.limits(ctx)
 	var runs [][]*item
@@ -157,14 +158,14 @@ func (c *Call) commands(ctx context.Context, batch []*item) [][]*item {
 // limits returns the server's limits, asked of Config.Limits once per call
 // (nil: DefaultLimits).
 func (c *Call) limits(ctx context.Context) Limits {
-	if c.lim == nil {
-		l := DefaultLimits
+	if !c.limAsked {
+		c.lim = DefaultLimits
 		if f := c.e.cfg.Limits; f != nil {
-			l = f(ctx).withDefaults()
+			c.lim = f(ctx).withDefaults()
 		}
-		c.lim = &l
+		c.limAsked = true
 	}
-	return *c.lim
+	return c.lim
 }
 
 // statementSize is the bytes the statement takes in its command: the

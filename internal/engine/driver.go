@@ -37,6 +37,9 @@ func TransactionRunning(ctx context.Context) bool {
 // Ordered reads the ordered option from a call's options (driver
 // default: true), applying them as the driver does (driveropts.Apply).
 func Ordered[T any](opts []options.Lister[T], get func(*T) *bool) (bool, error) {
+	if len(opts) == 0 {
+		return true, nil // the driver's default
+	}
 	var o T
 	if err := driveropts.Apply(opts, &o); err != nil {
 		return false, err

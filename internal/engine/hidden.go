@@ -70,21 +70,19 @@ func (c *Call) hiddenFor(ctx context.Context, batch []*item, fails []policy.Fail
 	return false, nil
 }
 
-// wrapSend returns send with what each attempt needs around it: whether
-// the context had ended before the driver was called (callExt.doneAtSend),
-// and the attempt's wire record in its context (monitor.go), read after
-// the driver returns (noteWire).
-func (c *Call) wrapSend(send Send) Send {
-	return func(ctx context.Context, b Batch) (any, error) {
-		c.ext.doneAtSend = ctx.Err() != nil
-		c.ext.wire.reset()
-		if !c.e.wire.absent.Load() {
-			ctx = tagWire(ctx, &c.ext.wire, len(b), c.ordered)
-		}
-		res, err := send(ctx, b)
-		c.noteWire(ctx, err)
-		return res, err
+// sendWire calls the Spec's Send with what each attempt needs around it:
+// whether the context had ended before the driver was called
+// (callExt.doneAtSend), and the attempt's wire record in its context
+// (monitor.go), read after the driver returns (noteWire).
+func (c *Call) sendWire(ctx context.Context, b Batch) (any, error) {
+	c.ext.doneAtSend = ctx.Err() != nil
+	c.ext.wire.reset()
+	if !c.e.wire.absent.Load() {
+		ctx = tagWire(ctx, &c.ext.wire, len(b), c.ordered)
 	}
+	res, err := c.send(ctx, b)
+	c.noteWire(ctx, err)
+	return res, err
 }
 
 // wireVerdict is the verdict on a statement whose attempt failed as a

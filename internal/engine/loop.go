@@ -159,7 +159,7 @@ func (c *Call) sendOnce(ctx context.Context, batch []*item) (res any, err error)
 			res, err = nil, c.e.cfg.Panicked("target", r, debug.Stack())
 		}
 	}()
-	return c.send(ctx, batch)
+	return c.sendWire(ctx, batch) // hidden.go
 }
 
 // attemptFinished reports the end of an attempt to the hooks.

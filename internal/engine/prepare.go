@@ -200,6 +200,10 @@ type docEncoder struct {
 	make  func(io.Writer) *bson.Encoder // the encoder's constructor
 	pool  *sync.Pool                    // where it goes back
 	types bool                          // the default registry, no options: idFree holds
+	// lastType and lastFree: the type of the last document encoded and
+	// whether it is idFree (a call's documents are mostly of one type).
+	lastType reflect.Type
+	lastFree bool
 }
 
 // defaultEncoders is the pool of the engines whose Config.NewEncoder is
@@ -268,7 +272,10 @@ func (e *docEncoder) encode(doc any, remaining int) (raw bson.Raw, id bson.RawVa
 		}
 	}()
 	e.a.remaining, e.a.writes = remaining, 0
-	e.a.noID = e.types && idFree(reflect.TypeOf(doc))
+	if t := reflect.TypeOf(doc); t != e.lastType {
+		e.lastType, e.lastFree = t, e.types && idFree(t)
+	}
+	e.a.noID = e.lastFree
 	if err := e.enc.Encode(doc); err != nil {
 		e.reset()
 		return nil, bson.RawValue{}, false, err
@@ -296,15 +303,9 @@ type arena struct {
 	id       bson.RawValue
 	assigned bool
 	writes   int
-	noID     bool      // the document's type cannot write an _id (idFree): no lookup
-	now      time.Time // the timestamp of the new ObjectIDs (stampEvery per clock read, a chunk at most)
-	stamped  int       // new ObjectIDs with now
+	noID     bool     // the document's type cannot write an _id (idFree): no lookup
+	oids     oidBlock // the new ObjectIDs (objectid.go): one clock read and one atomic add per block
 }
-
-// stampEvery bounds the new ObjectIDs that share one clock read: the
-// driver's 24-bit counter keeps them unique within a second, and a
-// timestamp is never kept long enough for the counter to come round.
-const stampEvery = 1024
 
 // maxChunk bounds an arena chunk (1 MiB): a very large call's arena grows
 // in steps, and a wrong estimate (a first document much larger than the
@@ -331,15 +332,10 @@ func (a *arena) Write(p []byte) (int, error) {
 		}
 		size := min(max(mean, mean*a.remaining), maxChunk)
 		a.chunk = make([]byte, 0, max(size, need))
-		a.now = time.Time{} // a new chunk reads the clock again
 	}
 	start := len(a.chunk)
 	if a.assigned {
-		if a.now.IsZero() || a.stamped >= stampEvery {
-			a.now, a.stamped = time.Now(), 0
-		}
-		a.stamped++
-		a.chunk = appendWithID(a.chunk, p, bson.NewObjectIDFromTimestamp(a.now))
+		a.chunk = appendWithID(a.chunk, p, a.oids.take(a.remaining, time.Now))
 	} else {
 		a.chunk = append(a.chunk, p...)
 	}

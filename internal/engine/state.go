@@ -124,9 +124,12 @@ type todo struct {
 
 // pending returns the items still to send, in input order.
 func (c *Call) pending() []*item {
-	out := make([]*item, 0, c.next) // one allocation, not one per doubling
-	for _, it := range c.items[:c.next] {
+	var out []*item
+	for i, it := range c.items[:c.next] {
 		if it.live() {
+			if out == nil {
+				out = make([]*item, 0, c.next-i) // one allocation, not one per doubling
+			}
 			out = append(out, it)
 		}
 	}
