@@ -39,7 +39,7 @@ type sendDoc struct{ doc *bson.Raw }
 func (d sendDoc) MarshalBSON() ([]byte, error) { return *d.doc, nil }
 
 // Model returns the i-th write model to send (BulkWrite).
-func (b Batch) Model(i int) mongo.WriteModel { return b[i].send }
+func (b Batch) Model(i int) mongo.WriteModel { return b[i].sendModel() }
 
 // Index returns the i-th document's position in the caller's input.
 func (b Batch) Index(i int) int { return b[i].index }

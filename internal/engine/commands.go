@@ -188,7 +188,7 @@ func (it *item) statementSize() int {
 			s.parts = append(s.parts, bson.E{Key: key, Value: v})
 		}
 	}
-	switch m := it.model.(type) {
+	switch m := it.model().(type) {
 	case *mongo.UpdateOneModel:
 		add("q", m.Filter, true)
 		add("u", m.Update, true)

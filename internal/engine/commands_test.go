@@ -103,17 +103,17 @@ func TestStatementSize(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		it := &item{kind: KindUpdate, model: tc.model}
+		it := &item{kind: KindUpdate, rare: &itemRare{model: tc.model}}
 		if got := it.statementSize(); got != len(want)+statementOverhead {
 			t.Errorf("%s: %d bytes, want %d + %d", tc.name, got, len(want), statementOverhead)
 		}
 	}
-	bad := &item{kind: KindDelete, model: mongo.NewDeleteOneModel().SetFilter(make(chan int))}
+	bad := &item{kind: KindDelete, rare: &itemRare{model: mongo.NewDeleteOneModel().SetFilter(make(chan int))}}
 	if got := bad.statementSize(); got != statementOverhead {
 		t.Errorf("a filter that does not marshal: %d bytes, want %d", got, statementOverhead)
 	}
 	// The sizer is reusable after that failure.
-	if got := (&item{kind: KindDelete, model: cases[4].model}).statementSize(); got <= statementOverhead {
+	if got := (&item{kind: KindDelete, rare: &itemRare{model: cases[4].model}}).statementSize(); got <= statementOverhead {
 		t.Errorf("after a failed measure: %d bytes", got)
 	}
 }

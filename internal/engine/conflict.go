@@ -21,7 +21,7 @@ func (c *Call) conflictIdentifiable(it *item) bool {
 	if ok {
 		return true
 	}
-	it.err = fmt.Errorf("writeguard: duplicate key with null or missing field %q identifies no single document (use a sparse or partial unique index); no conflict handler was run", field)
+	it.more().err = fmt.Errorf("writeguard: duplicate key with null or missing field %q identifies no single document (use a sparse or partial unique index); no conflict handler was run", field)
 	c.settle(it, policy.Conflicted)
 	return false
 }
@@ -32,14 +32,14 @@ func (c *Call) conflictIdentifiable(it *item) bool {
 func (c *Call) handleConflict(ctx context.Context, it *item) {
 	var d policy.Disposition
 	err := c.e.recovered("conflict handler", func() (err error) {
-		d, err = c.e.cfg.Resolve(ctx, c.op.Name, it.index, it.doc, it.model, *it.fail)
+		d, err = c.e.cfg.Resolve(ctx, c.op.Name, it.index, it.doc, it.model(), *it.fail)
 		return err
 	})
 	if err == nil && !validResolution(d) {
 		err = fmt.Errorf("writeguard: conflict handler returned disposition %q; want %q or \"conflict_<verb>\"", d, policy.Conflicted)
 	}
 	if err != nil {
-		it.err = err
+		it.more().err = err
 		d = policy.Conflicted
 	}
 	c.settle(it, d)

@@ -71,13 +71,13 @@ func (c *Call) deadLetter(ctx context.Context, its []*item) {
 	}
 	for i, it := range its {
 		envs[i] = c.envelopeFor(it, now, traceID, spanID)
-		it.keywords = envs[i].FailingKeywords
+		it.more().keywords = envs[i].FailingKeywords
 	}
 	envs, owner := c.collapse(envs)
 	errs := c.putAll(ctx, envs)
 	for i, it := range its {
 		if err := errs[owner[i]]; err != nil {
-			it.err = err
+			it.more().err = err
 			it.reason = ReasonSinkFailed
 			c.settle(it, policy.DeadLetterFailed)
 		} else {
@@ -311,7 +311,7 @@ func (c *Call) envelopeFor(it *item, now time.Time, traceID, spanID string) enve
 		Encoder: c.e.cfg.NewEncoder,
 	}
 	if it.kind != KindInsert {
-		capture.Model = it.model
+		capture.Model = it.model()
 	}
 	return envelope.New(capture)
 }

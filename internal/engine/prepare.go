@@ -383,8 +383,10 @@ func appendWithID(dst []byte, raw bson.Raw, oid bson.ObjectID) []byte {
 func (c *Call) prepareModels(models []mongo.WriteModel) error {
 	var inserts []*item
 	var docs []any
+	rare := make([]itemRare, len(models)) // every model's rare part, at once
 	for i, m := range models {
 		it := c.items[i]
+		it.rare = &rare[i]
 		if err := c.prepareModel(it, m); err != nil {
 			return err
 		}
@@ -395,7 +397,7 @@ func (c *Call) prepareModels(models []mongo.WriteModel) error {
 	c.prepareDocs(inserts, docs)
 	for _, it := range inserts {
 		if it.state != prefailed || it.doc != nil {
-			it.send = &mongo.InsertOneModel{Document: sendDoc{&it.doc}}
+			it.rare.send = &mongo.InsertOneModel{Document: sendDoc{&it.doc}}
 		}
 	}
 	return nil
@@ -454,6 +456,7 @@ func (c *Call) prepareModel(it *item, m mongo.WriteModel) error {
 	if err != nil {
 		return err
 	}
-	it.model, it.send, it.cmd, it.kind, it.upsert = m, m, cmdOf(m), kind, upsert
+	r := it.more()
+	r.model, r.send, it.cmd, it.kind, it.upsert = m, m, cmdOf(m), kind, upsert
 	return nil
 }

@@ -35,7 +35,7 @@ func (c *Call) readBackAll(ctx context.Context, td *todo, fallback policy.Dispos
 	stored, err := c.readBack(ctx, ids)
 	if err != nil {
 		for _, it := range td.readBack {
-			it.err = fmt.Errorf("writeguard: reading back a possibly applied insert: %w", err)
+			it.more().err = fmt.Errorf("writeguard: reading back a possibly applied insert: %w", err)
 			switch {
 			case c.noUniqueID:
 				it.reason = ReasonNotResendable

@@ -170,11 +170,11 @@ func (r Result) NoUniqueID() bool { return r.c.noUniqueID }
 func (r Result) Document(i int) bson.Raw { return r.c.items[i].doc }
 
 // Model returns the caller's write model of input i (BulkWrite only).
-func (r Result) Model(i int) mongo.WriteModel { return r.c.items[i].model }
+func (r Result) Model(i int) mongo.WriteModel { return r.c.items[i].model() }
 
 // Err returns the error of writeguard's own handling of input i (the
 // sink's, the conflict handler's, the read-back's), nil otherwise.
-func (r Result) Err(i int) error { return r.c.items[i].err }
+func (r Result) Err(i int) error { return r.c.items[i].err() }
 
 // hintFor names the setting to fix after a Configuration failure.
 func hintFor(f *policy.Failure) string {

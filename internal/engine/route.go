@@ -182,7 +182,7 @@ func (c *Call) decide(ctx context.Context, it *item, v verdict) Decision {
 		Class: it.class, WholeCommand: v.notOwn || v.fail.Index == policy.WholeCommand, Proof: v.proof,
 		Kind: it.kind, Upsert: it.upsert, Idempotent: c.idempotentItem(it), NoUniqueID: c.noUniqueID,
 		EverMaybe: it.mayBeApplied(), Unconfirmed: it.ev == unconfirmed,
-		UpsertRuns: it.upsertRuns, MaxUpsertRuns: c.e.cfg.UpsertRetries,
+		UpsertRuns: it.upsertRuns(), MaxUpsertRuns: c.e.cfg.UpsertRetries,
 		FromServer: v.fail.Origin == policy.OriginServer || v.fail.Origin == policy.OriginWriteConcern,
 	})
 }
