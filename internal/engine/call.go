@@ -193,6 +193,12 @@ type Call struct {
 	noUniqueID, uniqueAsked bool
 	panics                  hookPanics // the hooks' recovered panics (panic.go), until finish
 	stopped                 bool       // the call is ended (giveUp: configuration, context): no further command is sent
-	stopAt                  int        // ordered: batch position of the last attempt's first write error, -1 when none
-	ext                     callExt    // per-model idempotence, one-statement rule, bisection (statement.go, bisect.go)
+	// retrying: an item moved to retrying since scheduleRetry last ran
+	// (toRetrying); unhandled: items settled neither handled nor stored
+	// (settle), which stopOrdered looks for. They spare a clean pass two
+	// walks over every item.
+	retrying  bool
+	unhandled int
+	stopAt    int     // ordered: batch position of the last attempt's first write error, -1 when none
+	ext       callExt // per-model idempotence, one-statement rule, bisection (statement.go, bisect.go)
 }

@@ -41,7 +41,7 @@ func (c *Call) readBackAll(ctx context.Context, td *todo, fallback policy.Dispos
 				it.reason = ReasonNotResendable
 				c.settle(it, policy.OutcomeUnknown) // never re-sent: see AfterReadBackNoUniqueID
 			case fallback == "":
-				it.to(retrying)
+				c.toRetrying(it)
 			default:
 				c.settle(it, fallback)
 			}

@@ -11,23 +11,13 @@ import (
 // retry go again, and waits the backoff. It returns the delay waited.
 func (c *Call) scheduleRetry(ctx context.Context) time.Duration {
 	e := c.e
-	var retry, spent []*item
-	var serverDelay time.Duration
-	charged, limit := false, 0
-	for _, it := range c.items {
-		if it.state != retrying {
-			continue
-		}
-		itLimit := AttemptLimit(it.class, it.fail, e.cfg.Backoff, e.cfg.ThrottledAttempts)
-		if it.tries >= itLimit {
-			spent = append(spent, it)
-			continue
-		}
-		limit = max(limit, itLimit-it.tries+c.retries+1)
-		retry = append(retry, it)
-		serverDelay = max(serverDelay, it.fail.RetryAfter)
-		charged = charged || Charged(it.fail)
+	if !c.retrying { // a clean pass: nothing to look for
+		c.stopOrdered(ctx)
+		return 0
 	}
+	c.retrying = false // on return, none is left retrying: each is pending again or done
+	d := c.retriesDue()
+	retry, spent, serverDelay, charged, limit := d.retry, d.spent, d.serverDelay, d.charged, d.limit
 	c.giveUp(ctx, spent, StopAttempts)
 	c.stopOrdered(ctx)
 	retry = stillPending(retry)
@@ -99,4 +89,33 @@ func stillPending(its []*item) []*item {
 		}
 	}
 	return out
+}
+
+// due is what the items marked for retry ask of scheduleRetry.
+type due struct {
+	retry, spent []*item       // those with attempts left, and those without
+	serverDelay  time.Duration // the longest wait a server asked for
+	charged      bool          // one of the retries spends a budget token
+	limit        int           // the attempts the longest of them may still take, counted from the call's retries
+}
+
+// retriesDue reads every item marked for retry.
+func (c *Call) retriesDue() due {
+	e := c.e
+	var d due
+	for _, it := range c.items {
+		if it.state != retrying {
+			continue
+		}
+		itLimit := AttemptLimit(it.class, it.fail, e.cfg.Backoff, e.cfg.ThrottledAttempts)
+		if it.tries >= itLimit {
+			d.spent = append(d.spent, it)
+			continue
+		}
+		d.limit = max(d.limit, itLimit-it.tries+c.retries+1)
+		d.retry = append(d.retry, it)
+		d.serverDelay = max(d.serverDelay, it.fail.RetryAfter)
+		d.charged = d.charged || Charged(it.fail)
+	}
+	return d
 }

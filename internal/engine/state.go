@@ -48,6 +48,12 @@ var legal = [5][5]bool{
 	parked:    {done: true},
 }
 
+// toRetrying moves it to retrying, for scheduleRetry to find.
+func (c *Call) toRetrying(it *item) {
+	it.to(retrying)
+	c.retrying = true
+}
+
 // to moves it to state s. A move the diagram does not have is a bug of
 // the engine: it panics rather than report a disposition nobody decided.
 func (it *item) to(s state) {
@@ -201,6 +207,9 @@ func (c *Call) settle(it *item, d policy.Disposition) {
 	}
 	it.disp = d
 	it.to(done)
+	if !d.Handled() && !d.Stored() {
+		c.unhandled++ // stopOrdered looks for the first of them
+	}
 	if it.kind == KindInsert && (d == policy.Written || d == policy.AlreadyWritten) {
 		c.release(it)
 	}
@@ -242,7 +251,7 @@ func (c *Call) apply(it *item, d Decision, td *todo) {
 		}
 		c.settle(it, d.Disposition)
 	case Retry:
-		it.to(retrying)
+		c.toRetrying(it)
 		if d.Rule == RuleUpsertRace {
 			it.more().upsertRuns++
 		}
@@ -281,7 +290,7 @@ func (c *Call) carryOut(ctx context.Context, td *todo, fallback policy.Dispositi
 // one's _id and bytes; one that fails to prepare is given up as well,
 // with that failure, since the write never reached it.
 func (c *Call) stopOrdered(ctx context.Context) {
-	if !c.ordered {
+	if !c.ordered || c.unhandled == 0 {
 		return
 	}
 	stop := -1

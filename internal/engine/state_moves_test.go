@@ -1,0 +1,32 @@
+package engine
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Every move to retrying goes through toRetrying, which tells
+// scheduleRetry there is something to look for: a move made elsewhere
+// would leave a document retrying that no pass ever sends again.
+func TestRetryingOnlyThroughToRetrying(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if strings.Contains(line, "to(retrying)") && !(f == "state.go" && strings.TrimSpace(line) == "it.to(retrying)" && strings.Contains(string(src), "func (c *Call) toRetrying(it *item) {\n\tit.to(retrying)\n")) {
+				t.Errorf("%s:%d moves to retrying without toRetrying: %s", f, i+1, strings.TrimSpace(line))
+			}
+		}
+	}
+}
