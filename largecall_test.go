@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -429,5 +430,35 @@ func TestRawTrailingBytes(t *testing.T) {
 	stored := fake.Docs()
 	if len(stored) != 2 || stored[0].Validate() != nil || stored[0].Lookup("a").Int32() != 1 || len(stored[0]) != len(doc)+17 {
 		t.Errorf("stored %v, want the declared document with its _id", stored)
+	}
+}
+
+// InsertMany reads a caller's []any as it is, through every command and
+// retry of the call, and never writes to it: after the call the caller's
+// slice holds the same values in the same places (the call does not clear
+// its entries as it does for a copy of a slice of another type).
+func TestInsertManyLeavesCallersSlice(t *testing.T) {
+	ctx := context.Background()
+	tg := mocks.NewFake("db.shared").Limits(10, 0).Script(mocks.Pass(), mocks.DropConnection())
+	g, err := writeguard.New(tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := make([]any, 35)
+	for i := range docs {
+		docs[i] = bson.D{{Key: "n", Value: i}}
+	}
+	before := slices.Clone(docs)
+	res, err := g.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range docs {
+		if fmt.Sprint(docs[i]) != fmt.Sprint(before[i]) {
+			t.Fatalf("the caller's docs[%d] is %v after the call, want %v", i, docs[i], before[i])
+		}
+	}
+	if got := storedIDs(t, tg); len(got) != 35 || len(res.InsertedIDs) != 35 {
+		t.Errorf("%d stored, %d in the result; want 35 and 35", len(got), len(res.InsertedIDs))
 	}
 }

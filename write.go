@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -159,14 +158,12 @@ func (g *Guarded) InsertMany(ctx context.Context, documents any, opts ...options
 				return engine.Inputs{}, err
 			}
 			co, _ := envelope.InsertManyCallOptions(opts...) // a failing builder was returned above
-			var docs []any
-			if s, ok := documents.([]any); ok {
-				docs = slices.Clone(s) // the engine clears its entries as it prepares them
-			} else {
-				docs = make([]any, dv.Len())
-				for i := range docs {
-					docs[i] = dv.Index(i).Interface()
-				}
+			if s, ok := documents.([]any); ok {              // read as it is, never written
+				return engine.Inputs{Ordered: ordered, Docs: s, DocsShared: true, CallOptions: co}, nil
+			}
+			docs := make([]any, dv.Len())
+			for i := range docs {
+				docs[i] = dv.Index(i).Interface()
 			}
 			return engine.Inputs{Ordered: ordered, Docs: docs, CallOptions: co}, nil
 		},

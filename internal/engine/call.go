@@ -91,8 +91,11 @@ type Inputs struct {
 	Ordered bool
 	// Docs are the documents of an insert call: input i is Docs[i]. The
 	// call takes them over and clears each entry once it is prepared
-	// (prepareAhead).
-	Docs []any
+	// (prepareAhead), unless DocsShared says they are the caller's own
+	// slice, which the call only reads (the caller holds its values to
+	// the end of the call anyway).
+	Docs       []any
+	DocsShared bool
 	// Models are the write models of any other call: input i is
 	// Models[i]. Each must pass CheckModels.
 	Models []mongo.WriteModel
@@ -115,7 +118,7 @@ func (e *Engine) Run(ctx context.Context, s Spec) (Result, error) {
 	c := e.newCall(s.Name, in.Ordered, len(in.Docs)+len(in.Models))
 	c.op.Command, c.callOpts, c.idempotent, c.send = in.Command, in.CallOptions, s.Idempotent, s.Send
 	if in.Docs != nil {
-		c.takeDocs(in.Docs)
+		c.takeDocs(in.Docs, in.DocsShared)
 	} else if err := c.prepareModels(in.Models); err != nil {
 		panic("writeguard engine: Inputs.Models not checked (CheckModels): " + err.Error())
 	}
@@ -137,8 +140,9 @@ func (e *Engine) newCall(name string, ordered bool, n int) *Call {
 		e:       e,
 		ordered: ordered,
 		next:    n, // takeDocs sets it back to 0
-		op:      &hooks.Operation{Name: name, Database: e.cfg.Database, Collection: e.cfg.Collection, Ordered: ordered},
+		opv:     hooks.Operation{Name: name, Database: e.cfg.Database, Collection: e.cfg.Collection, Ordered: ordered},
 	}
+	c.op = &c.opv
 	slab := make([]item, n)
 	c.items = make([]*item, n)
 	for i := range slab {
@@ -152,7 +156,8 @@ func (e *Engine) newCall(name string, ordered bool, n int) *Call {
 // run once (loop.go). Not safe for concurrent use.
 type Call struct {
 	e          *Engine
-	op         *hooks.Operation
+	op         *hooks.Operation // &opv: what the hooks are given
+	opv        hooks.Operation
 	ctx        context.Context // the operation context (hooks)
 	ordered    bool
 	idempotent bool
@@ -165,11 +170,12 @@ type Call struct {
 	// encoder meanwhile; spread is set when they took more than one step,
 	// and then a stored document's _id is copied into ids (keepID) so that
 	// its prepared bytes can go.
-	inputs []any
-	next   int
-	enc    *docEncoder
-	spread bool
-	ids    []byte
+	inputs       []any
+	inputsShared bool // inputs is the caller's slice (Inputs.DocsShared): never cleared
+	next         int
+	enc          *docEncoder
+	spread       bool
+	ids          []byte
 
 	start    time.Time
 	attempts int

@@ -55,7 +55,7 @@ func TestCommandsSplitAsTheDriver(t *testing.T) {
 	}
 	e := New(Config{Limits: func(context.Context) Limits { return Limits{MaxMessageSizeBytes: CommandMargin + 3000} }})
 	c := e.newCall("insertMany", true, len(docs))
-	c.takeDocs(docs)
+	c.takeDocs(docs, false)
 	c.prepareNext(context.Background(), true)
 	if n := c.items[0].statementSize(); n != 1000 {
 		t.Fatalf("document of %d bytes, want 1000", n)

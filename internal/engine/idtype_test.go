@@ -100,13 +100,13 @@ func TestNoEncoderForBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := e.newCall("insertMany", true, 2)
-	c.takeDocs([]any{bson.Raw(raw), raw})
+	c.takeDocs([]any{bson.Raw(raw), raw}, false)
 	c.prepareNext(context.Background(), true)
 	if made != 0 || c.items[0].doc == nil || c.items[1].doc == nil {
 		t.Fatalf("bytes only: %d encoders made, documents %v %v; want none made and both prepared", made, c.items[0].doc, c.items[1].doc)
 	}
 	c = e.newCall("insertMany", true, 2)
-	c.takeDocs([]any{bson.Raw(raw), idFreeLine{Qty: 1}})
+	c.takeDocs([]any{bson.Raw(raw), idFreeLine{Qty: 1}}, false)
 	c.prepareNext(context.Background(), true)
 	if made != 1 || c.items[1].doc == nil {
 		t.Fatalf("with a struct: %d encoders made, want 1", made)

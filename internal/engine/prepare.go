@@ -35,11 +35,11 @@ var (
 // prepared. They are prepared as the call goes (prepareAhead): each one
 // before the first command that carries it, so a call holds the prepared
 // bytes of the documents still undecided, not of all of them.
-func (c *Call) takeDocs(docs []any) {
+func (c *Call) takeDocs(docs []any, shared bool) {
 	for _, it := range c.items {
 		it.kind = KindInsert
 	}
-	c.inputs, c.next = docs, 0
+	c.inputs, c.inputsShared, c.next = docs, shared, 0
 }
 
 // prepareAhead prepares the next documents of takeDocs in input order,
@@ -78,7 +78,9 @@ func (c *Call) prepareNext(ctx context.Context, all bool) {
 			c.enc = c.e.newDocEncoder() // not for a call of bytes only
 		}
 		c.prepareDoc(c.enc, it, doc, len(c.items)-c.next)
-		c.inputs[c.next] = nil // the caller's value is no longer needed here
+		if !c.inputsShared {
+			c.inputs[c.next] = nil // the caller's value is no longer needed here
+		}
 		c.next++
 		n, size = n+1, size+len(it.doc)
 	}

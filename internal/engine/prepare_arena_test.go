@@ -48,7 +48,7 @@ func TestPrepareDocsEncodesOnce(t *testing.T) {
 	}
 	e := New(Config{})
 	c := e.newCall("insertMany", false, len(docs))
-	c.takeDocs(slices.Clone(docs)) // it clears the entries it has prepared
+	c.takeDocs(slices.Clone(docs), false) // it clears the entries it has prepared
 	c.prepareNext(context.Background(), true)
 	its := c.items
 
@@ -117,7 +117,7 @@ func TestPrepareDocsManyDocuments(t *testing.T) {
 		docs[i] = line{SKU: strings.Repeat("s", i%50), Qty: int32(i)}
 	}
 	c := New(Config{}).newCall("insertMany", false, n)
-	c.takeDocs(docs)
+	c.takeDocs(docs, false)
 	c.prepareNext(context.Background(), true)
 	for i, it := range c.items {
 		if it.doc.Lookup("qty").Int32() != int32(i) || len(it.doc.Lookup("sku").StringValue()) != i%50 {
@@ -176,7 +176,7 @@ func TestNilTypedInputs(t *testing.T) {
 	type line struct{ A int }
 	e := New(Config{})
 	c := e.newCall("insertMany", true, 3)
-	c.takeDocs([]any{&line{1}, (*line)(nil), bson.M(nil)})
+	c.takeDocs([]any{&line{1}, (*line)(nil), bson.M(nil)}, false)
 	c.prepareNext(context.Background(), true)
 	if it := c.items[1]; it.state != prefailed || !errors.Is(it.fail.Err, mongo.ErrNilDocument) || !strings.Contains(it.fail.Message, "*engine.line") {
 		t.Errorf("typed nil pointer: state %s, failure %+v", it.state, it.fail)
