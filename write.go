@@ -124,7 +124,10 @@ func (g *Guarded) InsertOne(ctx context.Context, document any, opts ...options.L
 // call goes, each just before the first command that carries it (one
 // command ahead), so a call larger than one command calls a document's
 // MarshalBSON after earlier commands were sent; a document that fails to
-// encode, or whose encoder panics (a *PanicError), fails alone. Only
+// encode, or whose encoder panics (a *PanicError), fails alone. A []any
+// is read in place, never written (a slice of another type is copied
+// first): it, and the values it holds, must not change until InsertMany
+// returns, as with the driver. Only
 // documents that failed transiently are re-sent, with the same _id;
 // original indices are kept through every retry; an ordered write resumes
 // after a handled document and reports its untouched tail not_attempted
