@@ -10,10 +10,10 @@ import (
 )
 
 // The ObjectIDs writeguard gives documents that have no _id, laid out as
-// the BSON specification's ObjectId section and the driver's
-// bson.NewObjectID lay them out: a 4-byte big-endian timestamp (seconds),
-// a 5-byte random value drawn once per process, a 3-byte big-endian
-// counter that starts at a random value. writeguard keeps its own random
+// the MongoDB specifications' "ObjectID format" (WRITING-2823,
+// source/objectid.md) and the driver's bson.NewObjectID lay them out: a
+// 4-byte big-endian timestamp (seconds), a 5-byte random value drawn once
+// per process, a 3-byte big-endian counter that starts at a random value. writeguard keeps its own random
 // value and counter (a second generator in the process, as unique as a
 // second process would be) so that a call takes a block of counter
 // values with one atomic add instead of one per document: concurrent
