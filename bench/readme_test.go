@@ -170,11 +170,17 @@ func measureAllocs(t *testing.T, n int) allocCase {
 		if err := op(ctx); err != nil {
 			t.Fatal(err)
 		}
-		return testing.AllocsPerRun(20, func() {
-			if err := op(ctx); err != nil {
-				t.Fatal(err)
-			}
-		})
+		// The least of five counts: what else allocates in the process
+		// during a count (see allocSlack) only adds to it.
+		least := math.Inf(1)
+		for range 5 {
+			least = min(least, testing.AllocsPerRun(20, func() {
+				if err := op(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}))
+		}
+		return least
 	}
 	return allocCase{n: n, prepared: count(coll, floorPrepared), guarded: count(g, floorPlain),
 		structID: count(coll, floorStructID), guardedID: count(g, floorStructID)}
@@ -193,7 +199,8 @@ const allocHeader = "| call | raw-prepared | guarded | Δ per document | raw-str
 // and then during testing.AllocsPerRun's window, and its wire-buffer pool
 // (a buffer is kept only while more than half of it is used) makes a call
 // grow a buffer now and then: 3 per call, or 0.03 % of n when more (about
-// 14 at 47,000).
+// 14 at 47,000). measureAllocs takes the least of five counts, which a
+// busy machine moved by 17 at 47,000 when it took one.
 func allocSlack(n float64) float64 { return max(3, 0.0003*n) }
 
 // TestReadmeAllocations checks the block of README.md between
