@@ -205,6 +205,12 @@ type Call struct {
 	// walks over every item.
 	retrying  bool
 	unhandled int
-	stopAt    int     // ordered: batch position of the last attempt's first write error, -1 when none
-	ext       callExt // per-model idempotence, one-statement rule, bisection (statement.go, bisect.go)
+	// settled: items settled (settle; each once); notOK: of them, those
+	// neither written, already written nor an allowed unacknowledged
+	// write (finish); anyPrefailed: a document failed to prepare
+	// (routePrefailed has something to route).
+	settled, notOK int
+	anyPrefailed   bool
+	stopAt         int     // ordered: batch position of the last attempt's first write error, -1 when none
+	ext            callExt // per-model idempotence, one-statement rule, bisection (statement.go, bisect.go)
 }

@@ -182,6 +182,9 @@ func (c *Call) attemptFinished(actx context.Context, docs int, t0 time.Time, err
 // An ordered write ends at the first of them that ends unhandled: those
 // after it stay prefailed, part of the tail stopOrdered gives up.
 func (c *Call) routePrefailed(ctx context.Context, its []*item) {
+	if !c.anyPrefailed { // no document failed to prepare: nothing to route
+		return
+	}
 	var invalid []*item
 	for _, it := range its {
 		if it.state != prefailed {

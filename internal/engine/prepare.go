@@ -36,9 +36,7 @@ var (
 // before the first command that carries it, so a call holds the prepared
 // bytes of the documents still undecided, not of all of them.
 func (c *Call) takeDocs(docs []any, shared bool) {
-	for _, it := range c.items {
-		it.kind = KindInsert
-	}
+	// Every item is an insert already: KindInsert is Kind's zero value.
 	c.inputs, c.inputsShared, c.next = docs, shared, 0
 }
 
@@ -187,6 +185,7 @@ func (c *Call) checkSize(it *item) {
 
 func (c *Call) prefail(it *item, err error) {
 	it.to(prefailed)
+	c.anyPrefailed = true
 	it.fail = &policy.Failure{Index: it.index, Origin: policy.OriginClient, Shape: policy.ShapeClient, Message: err.Error(), Err: err}
 }
 

@@ -16,13 +16,7 @@ import (
 // the call to the hooks.
 func (c *Call) finish(ctx context.Context) error {
 	e := c.e
-	ok := true
-	for _, it := range c.items {
-		if it.disp != policy.Written && it.disp != policy.AlreadyWritten && !(it.disp == policy.Unacknowledged && e.cfg.AllowUnacked) {
-			ok = false
-			break
-		}
-	}
+	ok := c.notOK == 0 && c.settled == len(c.items) // every item written, already written or (allowed) unacknowledged
 	if e.cfg.Settled != nil {
 		dead := 0
 		for _, it := range c.items {

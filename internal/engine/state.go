@@ -183,6 +183,9 @@ type todo struct {
 
 // pending returns the items still to send, in input order.
 func (c *Call) pending() []*item {
+	if c.settled == c.next { // every prepared item is done (an item settles only once prepared)
+		return nil
+	}
 	var out []*item
 	for i, it := range c.items[:c.next] {
 		if it.live() {
@@ -207,8 +210,12 @@ func (c *Call) settle(it *item, d policy.Disposition) {
 	}
 	it.disp = d
 	it.to(done)
-	if !d.Handled() && !d.Stored() {
-		c.unhandled++ // stopOrdered looks for the first of them
+	c.settled++
+	if d != policy.Written && d != policy.AlreadyWritten && !(d == policy.Unacknowledged && c.e.cfg.AllowUnacked) {
+		c.notOK++ // finish: the call ends with its Report
+		if !d.Handled() && !d.Stored() {
+			c.unhandled++ // stopOrdered looks for the first of them
+		}
 	}
 	if it.kind == KindInsert && (d == policy.Written || d == policy.AlreadyWritten) {
 		c.release(it)

@@ -30,3 +30,15 @@ func TestRetryingOnlyThroughToRetrying(t *testing.T) {
 		}
 	}
 }
+
+// An insert call's items are inserts from the start: takeDocs relies on
+// KindInsert being Kind's zero value and sets nothing per item.
+func TestNewCallItemsAreInserts(t *testing.T) {
+	c := New(Config{}).newCall("insertMany", true, 3)
+	c.takeDocs([]any{1, 2, 3}, false)
+	for i, it := range c.items {
+		if it.kind != KindInsert {
+			t.Fatalf("item %d of an insert call has kind %d, want KindInsert", i, it.kind)
+		}
+	}
+}
