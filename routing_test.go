@@ -1,6 +1,7 @@
 package writeguard_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -299,4 +300,30 @@ func TestBudgetStopsRetries(t *testing.T) {
 			t.Errorf("%d attempts after a second call, want 4", n)
 		}
 	})
+}
+
+// A document whose verdict in an attempt is to be dead-lettered (121,
+// Invalid) while a read-back made for the others of its command (their
+// duplicate keys after a lost reply) finds it stored by the earlier
+// attempt ends already_written, and is not handed to the sink: the engine
+// used to settle it from the read-back and then park it, and panicked
+// (done cannot move to parked) out of InsertMany.
+func TestReadBackSettlesADocumentToDeadLetter(t *testing.T) {
+	fx := newFixture(t, mocks.NewFake("db.rb").Script(mocks.LoseReply(), mocks.DocError("k1", 121, "Document failed validation")))
+	docs := []any{bson.D{{Key: "_id", Value: "k0"}}, bson.D{{Key: "_id", Value: "k1"}}, bson.D{{Key: "_id", Value: "k2"}}}
+	res, err := fx.g.InsertMany(context.Background(), docs, options.InsertMany().SetOrdered(false))
+	if err != nil {
+		t.Fatalf("err %v, want nil: every document is stored", err)
+	}
+	if len(res.InsertedIDs) != 3 || len(storedIDs(t, fx.fake)) != 3 {
+		t.Errorf("%d in the result, %d stored; want 3 and 3", len(res.InsertedIDs), len(storedIDs(t, fx.fake)))
+	}
+	if n := len(fx.sink.Envelopes()); n != 0 {
+		t.Errorf("%d envelopes dead-lettered, want none", n)
+	}
+	for _, d := range fx.rec.Dispositions() {
+		if d.Index == 1 && d.Disposition != writeguard.AlreadyWritten {
+			t.Errorf("document 1: %s, want already_written", d.Disposition)
+		}
+	}
 }

@@ -283,12 +283,21 @@ func (c *Call) apply(it *item, d Decision, td *todo) {
 func (c *Call) carryOut(ctx context.Context, td *todo, fallback policy.Disposition, others []*item) {
 	c.readBackAll(ctx, td, fallback, others)
 	for _, it := range td.conflict {
-		if !c.conflictIdentifiable(it) {
-			continue
+		if it.state == done || !c.conflictIdentifiable(it) {
+			continue // done: settled by the read-back of others
 		}
 		c.handleConflict(ctx, it)
 	}
-	c.park(ctx, td.deadLetter)
+	// A document of others that the read-back found stored is settled
+	// (already_written) though its verdict in this attempt was to
+	// dead-letter it: it is not parked (done cannot move to parked).
+	park := td.deadLetter[:0]
+	for _, it := range td.deadLetter {
+		if it.state != done {
+			park = append(park, it)
+		}
+	}
+	c.park(ctx, park)
 }
 
 // stopOrdered ends an ordered write at its first unhandled document: the
