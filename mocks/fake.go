@@ -408,13 +408,7 @@ func (f *Fake) exec(ctx context.Context, opName string, ops []op, ordered bool) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	f.mu.Lock()
-	ft, poisoned := f.poisonFault(ops)
-	if !poisoned {
-		ft = f.nextFault()
-	}
-	res, err := f.execLocked(ft, opName, ops, ordered)
-	f.mu.Unlock()
+	ft, res, err := f.execUnderLock(opName, ops, ordered)
 	var dp *DriverPanicError
 	if errors.As(err, &dp) {
 		// The real driver panics on this reply (a write error index
@@ -436,6 +430,20 @@ func (f *Fake) exec(ctx context.Context, opName string, ops []op, ordered bool) 
 }
 
 var errUnacknowledged = errors.New("unacknowledged")
+
+// execUnderLock picks the call's fault and runs it with the Fake locked,
+// unlocking it whatever happens (a panic of a test's validator or of the
+// Fake itself must not leave the next call waiting for the lock).
+func (f *Fake) execUnderLock(opName string, ops []op, ordered bool) (Fault, *execResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ft, poisoned := f.poisonFault(ops)
+	if !poisoned {
+		ft = f.nextFault()
+	}
+	res, err := f.execLocked(ft, opName, ops, ordered)
+	return ft, res, err
+}
 
 func (f *Fake) execLocked(ft Fault, opName string, ops []op, ordered bool) (*execResult, error) {
 	call := Call{Op: opName, Models: len(ops), Fault: ft.name}
@@ -596,6 +604,9 @@ func (f *Fake) apply(i int, o op, c *counts) bson.D {
 			}
 			f.docs = append(f.docs, next)
 			c.upserted++
+			if c.upsertedIDs == nil { // ApplyFirst's partial counts start without one
+				c.upsertedIDs = map[int64]any{}
+			}
 			c.upsertedIDs[int64(i)] = id
 		}
 	}

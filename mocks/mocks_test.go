@@ -170,3 +170,59 @@ func TestFakeFindAndModifyAndPoison(t *testing.T) {
 		t.Errorf("call without the poison: %v, %d stored", err, len(f.Docs()))
 	}
 }
+
+// An upsert applied by ApplyFirst's first writes is stored like any other
+// write, and a call that panics inside the Fake does not leave it locked:
+// the next call is answered.
+func TestFakeApplyFirstUpsertAndUnlock(t *testing.T) {
+	ctx := context.Background()
+	f := mocks.NewFake("db.upsert").Script(mocks.ApplyFirst(1, mocks.DropConnection()))
+	models := []mongo.WriteModel{
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "k", Value: 1}}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: 1}}}}).SetUpsert(true),
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "k", Value: 2}}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: 2}}}}).SetUpsert(true),
+	}
+	if _, err := f.BulkWrite(ctx, models); err == nil {
+		t.Fatal("ApplyFirst(1, DropConnection()): want the dropped connection's error")
+	}
+	if n := len(f.Docs()); n != 1 {
+		t.Fatalf("%d documents stored, want the first upsert's 1", n)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.InsertOne(ctx, bson.D{{Key: "k", Value: 3}})
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatalf("the next call: %v", err)
+	}
+	if n := len(f.Docs()); n != 2 {
+		t.Fatalf("%d documents stored, want 2", n)
+	}
+}
+
+// A validator that panics (a test's bug, recovered by the caller as
+// writeguard recovers a target's panic) leaves the Fake unlocked: the
+// next call is answered instead of waiting for the lock forever.
+func TestFakeUnlockedAfterPanic(t *testing.T) {
+	ctx := context.Background()
+	panicked := false
+	f := mocks.NewFake("db.panic").Validator(func(bson.Raw) (bson.Raw, bool) {
+		if !panicked {
+			panicked = true
+			panic("validator bug")
+		}
+		return nil, false
+	})
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = f.InsertOne(ctx, bson.D{{Key: "k", Value: 1}})
+	}()
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.InsertOne(ctx, bson.D{{Key: "k", Value: 2}})
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatalf("the call after the panic: %v", err)
+	}
+}
