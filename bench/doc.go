@@ -25,6 +25,10 @@
 //     shuffled call by call, the null backend in a child process, an A/A
 //     pair beside every ratio, exact allocation counts; it prints a
 //     markdown table per case.
+//   - BenchmarkThreadCPUSplit/docs={1,100,1000}: the same regime, a
+//     guarded call split into the driver's part (its thread CPU inside the
+//     driver against raw-prepared's) and writeguard's own (a guarded call
+//     whose target answers at once, less the encoding alone).
 //   - BenchmarkThreadClocks: getrusage's RUSAGE_THREAD against the
 //     thread's CPU clock around one CPU-bound section.
 //   - BenchmarkEndToEnd/batch={1,100,500}/writers={1,16}: documents per
